@@ -1,0 +1,319 @@
+"""Hugging Face transformers backend: tree attention over a garbage-collected KV cache.
+
+`load_hf_model` loads any local `AutoModelForCausalLM` checkpoint (never
+downloads) and returns an `HFModel`; `HFModel.session()` opens an `HFSession`,
+the transformers implementation of `ScoringSession` (see engine/backend.py for
+the semantics and the shared bookkeeping).
+
+One `logprobs` call is one forward pass: the new tokens go in with a float 4D
+attention mask [1, 1, Q, K+Q] (0 where a token may attend, the dtype's minimum
+elsewhere) and explicit position ids on top of the cached rows; both the eager
+and the sdpa attention of transformers 5 take such a mask as is (checked: a
+boolean mask is silently wrong with eager, so we always pass a float one).
+
+Example:
+    >>> model = load_hf_model("models/tiny", dtype="float32")      # doctest: +SKIP
+    >>> session = model.session(bos_id=model.bos_token_id)        # doctest: +SKIP
+    >>> session.logprobs([15, 16], [(), (17,), (17, 18)]).shape   # doctest: +SKIP
+    (3, 8192)
+
+torch and transformers are imported lazily (inside functions).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .backend import BackendError, ForwardStep, TreeScoringSession
+from .kvcache import KVCache, UnsupportedCacheError
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+
+__all__ = ["DTYPES", "HFModel", "HFSession", "load_hf_model", "resolve_device"]
+
+DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+_MASKABLE_ATTENTION = (None, "eager", "sdpa")  # implementations that accept a float 4D mask
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """ "auto" picks cuda, then mps, then cpu; anything else is passed to torch.device.
+
+    Example:
+        >>> resolve_device("cpu")
+        device(type='cpu')
+    """
+    import torch
+
+    if device != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _resolve_dtype(dtype: str, device: torch.device) -> Any:
+    """torch dtype for a name in DTYPES; "auto" is the checkpoint's dtype on cuda, else float32."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        return "auto" if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def load_hf_model(
+    name_or_dir: str | Path,
+    device: str = "auto",
+    dtype: str = "auto",
+    attn_implementation: str = "sdpa",
+) -> HFModel:
+    """Load a causal LM from a local directory or the local Hugging Face cache.
+
+    Never downloads (``local_files_only=True``). Every failure to load is raised
+    as `BackendError` with a one-line message; a bad `dtype` is a ValueError.
+
+    Example:
+        >>> try:
+        ...     load_hf_model("/no/such/model")
+        ... except BackendError as exc:
+        ...     print(exc)
+        model directory not found: /no/such/model
+    """
+    name = str(name_or_dir)
+    source = _local_source(name)
+    torch_device = resolve_device(device)
+    torch_dtype = _resolve_dtype(dtype, torch_device)
+    config = _load_config(name, source)
+    model = _load_weights(name, source, config, torch_dtype, attn_implementation)
+    try:
+        model.to(torch_device)
+    except RuntimeError as exc:
+        raise BackendError(f"could not move model {name} to {torch_device}: {_brief(exc)}") from exc
+    return HFModel(model, name=name)
+
+
+def _local_source(name: str) -> str:
+    """The directory (or hub id, for the local cache) to load from; BackendError if missing."""
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise BackendError(f"not a model directory (it is a file): {name}")
+        if not (path / "config.json").is_file():
+            raise BackendError(f"not a Hugging Face model directory (no config.json): {name}")
+        return str(path)
+    looks_like_path = path.is_absolute() or name.startswith((".", "~")) or name.count("/") != 1
+    if looks_like_path:
+        raise BackendError(f"model directory not found: {name}")
+    return name  # "org/model": a hub id, resolved from the local cache only
+
+
+def _load_config(name: str, source: str) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise BackendError(
+            f"model {name} is not a local directory nor in the local Hugging Face cache "
+            f"(downloads are disabled): {_brief(exc)}"
+        ) from exc
+
+
+def _load_weights(
+    name: str, source: str, config: Any, torch_dtype: Any, attn_implementation: str
+) -> PreTrainedModel:
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"config": config, "local_files_only": True, _dtype_kwarg(): torch_dtype}
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            source, attn_implementation=attn_implementation, **kwargs
+        )
+    except ValueError as exc:
+        if "Unrecognized configuration class" in str(exc):
+            kind = getattr(config, "model_type", "?")
+            raise BackendError(
+                f"model {name} is not a causal language model (model_type={kind})"
+            ) from exc
+        if attn_implementation != "eager" and "attention" in str(exc).lower():
+            return _load_weights(name, source, config, torch_dtype, "eager")
+        raise BackendError(f"could not load model {name}: {_brief(exc)}") from exc
+    except (OSError, RuntimeError, ImportError, KeyError, TypeError) as exc:
+        raise BackendError(f"could not load model {name}: {_brief(exc)}") from exc
+
+
+def _dtype_kwarg() -> str:
+    """Name of from_pretrained's dtype argument: "dtype" since transformers 4.56."""
+    import transformers
+
+    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
+def _brief(exc: BaseException) -> str:
+    """First line of an exception's message, with its type.
+
+    Example:
+        >>> _brief(OSError("no file\\nmore detail"))
+        'OSError: no file'
+    """
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+class HFModel:
+    """A loaded transformers causal LM, ready to open scoring sessions.
+
+    Wrap an in-memory model directly (tests do), or get one from `load_hf_model`.
+
+    Example:
+        >>> from transformers import AutoModelForCausalLM          # doctest: +SKIP
+        >>> hf = HFModel(AutoModelForCausalLM.from_config(cfg))    # doctest: +SKIP
+        >>> hf.sequence_logprobs([1, 2, 3]).shape                  # doctest: +SKIP
+        (3, 300)
+    """
+
+    def __init__(self, model: PreTrainedModel, name: str = "") -> None:
+        impl = getattr(model.config, "_attn_implementation", None)
+        if impl not in _MASKABLE_ATTENTION:
+            raise BackendError(
+                f"attention implementation {impl!r} cannot take a tree mask; use sdpa or eager"
+            )
+        self.model = model.eval()
+        self.name = name or getattr(model.config, "name_or_path", "")
+        self.vocab_size = _output_size(model)
+        self.input_vocab_size = int(model.get_input_embeddings().weight.shape[0])
+        self.bos_token_id: int | None = getattr(model.config, "bos_token_id", None)
+        self.eos_token_id: Any = getattr(model.config, "eos_token_id", None)
+        params = inspect.signature(model.forward).parameters
+        self.keeps_logits = "logits_to_keep" in params
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's weights (inputs go there)."""
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """dtype of the model's weights (the attention mask uses it)."""
+        return self.model.dtype
+
+    def session(self, bos_id: int | None = None, trunk_logits_window: int = 8) -> HFSession:
+        """A new `HFSession` with an empty cache."""
+        return HFSession(self, bos_id=bos_id, trunk_logits_window=trunk_logits_window)
+
+    def sequence_logprobs(self, tokens: Sequence[int]) -> np.ndarray:
+        """float64 [len(tokens), vocab]: plain forward pass, no cache; row i follows tokens[:i+1].
+
+        This is the reference the sessions are tested against.
+        """
+        import torch
+
+        ids = torch.as_tensor(list(tokens), dtype=torch.long, device=self.device)[None]  # [1, n]
+        with torch.inference_mode():
+            try:
+                logits = self.model(input_ids=ids, use_cache=False).logits[0]  # [n, V]
+            except RuntimeError as exc:
+                raise BackendError(f"model forward failed: {_brief(exc)}") from exc
+        return _to_logprobs(logits)
+
+
+def _output_size(model: PreTrainedModel) -> int:
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
+def _to_logprobs(logits: torch.Tensor) -> np.ndarray:
+    """[L, V] logits on any device -> float64 numpy log-softmax on CPU."""
+    if logits.device.type == "mps":  # no float64 on mps
+        logits = logits.cpu()
+    return logits.double().log_softmax(dim=-1).cpu().numpy()
+
+
+class HFSession(TreeScoringSession):
+    """`ScoringSession` over an `HFModel`, with tree attention and a copying GC.
+
+    Example:
+        >>> session = hf_model.session(bos_id=1)                  # doctest: +SKIP
+        >>> session.logprobs([5, 6], [(), (7,), (7, 8)]).shape     # doctest: +SKIP
+        (3, 300)
+        >>> session.cache_len()                                    # doctest: +SKIP
+        5
+    """
+
+    def __init__(
+        self, model: HFModel, bos_id: int | None = None, trunk_logits_window: int = 8
+    ) -> None:
+        super().__init__(model.vocab_size, bos_id, model.input_vocab_size, trunk_logits_window)
+        self.model = model
+        self._kv = KVCache()
+
+    def cache_len(self) -> int:
+        """Rows physically held by the transformers cache."""
+        return len(self._kv)
+
+    def _clear(self) -> None:
+        self._kv = KVCache()
+
+    def _apply(self, step: ForwardStep) -> np.ndarray:
+        import torch
+
+        try:
+            with torch.inference_mode():
+                self._kv.select_rows(step.keep)
+                logprobs = self._forward(step)
+                if len(self._kv) != len(step.order):
+                    raise UnsupportedCacheError(
+                        f"cache holds {len(self._kv)} rows after the forward, "
+                        f"expected {len(step.order)}"
+                    )
+                self._kv.select_rows(step.order)
+        except UnsupportedCacheError as exc:
+            raise BackendError(f"unsupported model for tree scoring: {exc}") from exc
+        except RuntimeError as exc:  # includes torch.cuda.OutOfMemoryError
+            raise BackendError(f"model forward failed: {_brief(exc)}") from exc
+        return logprobs
+
+    def _forward(self, step: ForwardStep) -> np.ndarray:
+        """Evaluate step.tokens on top of the kept rows; log-probs of step.logit_queries."""
+        import torch
+
+        n_new = len(step.tokens)
+        if n_new == 0:
+            return np.zeros((0, self.vocab_size), dtype=np.float64)
+        dev, dtype = self.model.device, self.model.dtype
+        ids = torch.as_tensor(step.tokens, device=dev)[None]  # [1, Q]
+        positions = torch.as_tensor(step.positions, device=dev)[None]  # [1, Q]
+        allowed = torch.as_tensor(step.attention_mask(), device=dev)  # [Q, K+Q]
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=dev)  # [Q, K+Q]
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        queries = torch.as_tensor(step.logit_queries, device=dev)  # [L]
+        kwargs: dict[str, Any] = {}
+        if self.model.keeps_logits:
+            kwargs["logits_to_keep"] = queries if len(queries) else 1
+        out = self.model.model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=mask[None, None],  # [1, 1, Q, K+Q]
+            past_key_values=self._kv.hf,
+            use_cache=True,
+            **kwargs,
+        )
+        self._kv.check_layers()
+        logits = out.logits[0] if self.model.keeps_logits else out.logits[0, queries]  # [L, V]
+        if len(queries) == 0:
+            return np.zeros((0, self.vocab_size), dtype=np.float64)
+        return _to_logprobs(logits)

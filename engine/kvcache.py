@@ -1,0 +1,143 @@
+"""Our thin adapter over transformers' KV cache classes.
+
+This is the ONLY module that touches cache internals, so that a transformers
+upgrade breaks (at most) this one small file. What the engine needs from a
+cache is small: create an empty one, pass it to the model's forward (which
+appends K/V rows), ask its length, and keep a chosen list of rows (truncation
+and copying garbage collection are both "select rows").
+
+Layouts handled:
+* transformers >= 4.56 (including 5.x): ``cache.layers[i].keys / .values``,
+  tensors of shape [batch, kv_heads, seq, head_dim];
+* older DynamicCache: ``cache.key_cache[i] / cache.value_cache[i]`` lists.
+
+Example:
+    >>> kv = KVCache()
+    >>> len(kv)
+    0
+    >>> # model(input_ids, past_key_values=kv.hf, use_cache=True) appends rows;
+    >>> # kv.select_rows([0, 1, 5]) then keeps rows 0, 1 and 5, in that order.
+
+torch and transformers are imported when a cache is created, not on import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["KVCache", "UnsupportedCacheError"]
+
+
+class UnsupportedCacheError(RuntimeError):
+    """The model built a cache layer we cannot select rows of (sliding window, linear, ...)."""
+
+
+class KVCache:
+    """An append-only transformers DynamicCache plus row selection.
+
+    The cache is created without a model config, so every layer is a plain
+    full-attention `DynamicLayer` (sliding-window layers would drop rows on
+    their own, which breaks row bookkeeping).
+    """
+
+    def __init__(self) -> None:
+        from transformers import DynamicCache
+
+        self._cache = DynamicCache()
+
+    @property
+    def hf(self) -> Any:
+        """The transformers cache object, to pass as ``past_key_values``."""
+        return self._cache
+
+    def __len__(self) -> int:
+        """Number of token positions (rows) held; 0 before the first forward call."""
+        tensors = _layer_tensors(self._cache)
+        if not tensors or tensors[0][0] is None or tensors[0][0].numel() == 0:
+            return 0
+        return int(tensors[0][0].shape[-2])
+
+    def layer_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(keys, values) of every layer, each [batch, kv_heads, seq, head_dim] (for tests)."""
+        return _layer_tensors(self._cache)
+
+    def check_layers(self) -> None:
+        """Raise UnsupportedCacheError unless every layer holds full K/V rows of equal length.
+
+        Example:
+            >>> KVCache().check_layers()   # an empty cache is fine
+        """
+        lengths = set()
+        for layer in getattr(self._cache, "layers", []):
+            kind = type(layer).__name__
+            if getattr(layer, "is_sliding", False) or not hasattr(layer, "keys"):
+                raise UnsupportedCacheError(f"cache layer type {kind} is not supported")
+        for keys, values in _layer_tensors(self._cache):
+            if keys is None or values is None:
+                raise UnsupportedCacheError("a cache layer holds no keys (shared or linear layer)")
+            lengths.add((keys.shape[-2], values.shape[-2]))
+        if len(lengths) > 1:
+            raise UnsupportedCacheError(f"cache layers differ in length: {sorted(lengths)}")
+
+    def select_rows(self, rows: Sequence[int] | np.ndarray) -> None:
+        """Keep only `rows` (in the given order) of every layer's keys and values.
+
+        A prefix ``0..m-1`` is a crop (a view, no copy); anything else is an
+        index_select along the sequence dimension, done one layer at a time so the
+        extra memory is one layer's worth.
+
+        Example:
+            >>> kv = KVCache()
+            >>> kv.select_rows([])   # nothing cached, nothing to do
+        """
+        idx = np.asarray(rows, dtype=np.int64)  # [R]
+        n = len(self)
+        if n == 0:
+            if len(idx):
+                raise IndexError(f"cannot select rows {idx[:4].tolist()}... of an empty cache")
+            return
+        if len(idx) and (idx.min() < 0 or idx.max() >= n):
+            raise IndexError(f"row index out of range for a cache of {n} rows")
+        is_prefix = np.array_equal(idx, np.arange(len(idx)))
+        if is_prefix and len(idx) == n:
+            return
+        for i, (keys, values) in enumerate(_layer_tensors(self._cache)):
+            if is_prefix:
+                new_k, new_v = keys[..., : len(idx), :], values[..., : len(idx), :]
+            else:
+                index = _as_index(idx, keys.device)
+                new_k, new_v = keys.index_select(-2, index), values.index_select(-2, index)
+            _set_layer(self._cache, i, new_k, new_v)
+
+
+def _as_index(idx: np.ndarray, device: torch.device) -> torch.Tensor:
+    import torch
+
+    return torch.as_tensor(idx, dtype=torch.long, device=device)
+
+
+def _layer_tensors(cache: Any) -> list[tuple[Any, Any]]:
+    """(keys, values) of each layer, whatever the transformers version."""
+    if hasattr(cache, "layers"):
+        return [
+            (getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in cache.layers
+        ]
+    if hasattr(cache, "key_cache"):
+        return list(zip(cache.key_cache, cache.value_cache, strict=True))
+    raise UnsupportedCacheError(f"unknown cache class {type(cache).__name__}")
+
+
+def _set_layer(cache: Any, i: int, keys: Any, values: Any) -> None:
+    """Replace layer i's keys and values (both [batch, kv_heads, seq, head_dim])."""
+    if hasattr(cache, "layers"):
+        cache.layers[i].keys, cache.layers[i].values = keys, values
+        return
+    cache.key_cache[i], cache.value_cache[i] = keys, values
+    if hasattr(cache, "_seen_tokens"):
+        cache._seen_tokens = keys.shape[-2]

@@ -1,0 +1,133 @@
+"""Pairwise validity of adjacent tokens inside one pre-token (paper section 3.4).
+
+A pair ``(a, b)`` is valid iff BPE on ``bytes(a) + bytes(b)`` never merges
+across the boundary. Only the boundary trajectory matters: ``a``'s right spine
+``x_0 .. x_m`` (``x_0`` its last byte, ``x_m = a``) and ``b``'s left spine
+``y_0 .. y_n``, with ``f`` the normal-form rank that formed each symbol. The
+pair is invalid iff some merge ``(x_i, y_j)`` of rank ``r`` has
+``max(f(x_i), f(y_j)) < r < f(x_{i+1})`` and ``r <= f(y_{j+1})`` (ties go to
+the left-most merge, as in the HF and tiktoken encoders).
+
+>>> v = Validity(tok)  # doctest: +SKIP
+>>> v.pair_valid(tok.encode("Hel")[0], tok.encode("lo")[0])  # doctest: +SKIP
+False
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from .tokenizer import NO_MERGE, BPETokenizer
+
+INF = np.iinfo(np.int64).max
+
+
+class Validity:
+    """Constant-time pair checks and vectorized valid-successor masks (LRU cached)."""
+
+    def __init__(self, tok: BPETokenizer, cache_size: int = 256) -> None:
+        self.tok = tok
+        self.rank = np.where(tok.rank == NO_MERGE, INF, tok.rank)
+        self._build_partners()
+        self._build_left_spine_index()
+        self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+
+    # ------------------------------------------------------------------ spines
+    def right_spine(self, a: int) -> list[int]:
+        """``[x_0, ..., x_m]``: last byte first, the token itself last."""
+        spine = [a]
+        while self.tok.right[spine[-1]] >= 0:
+            spine.append(int(self.tok.right[spine[-1]]))
+        return spine[::-1]
+
+    def left_spine(self, b: int) -> list[int]:
+        spine = [b]
+        while self.tok.left[spine[-1]] >= 0:
+            spine.append(int(self.tok.left[spine[-1]]))
+        return spine[::-1]
+
+    def pair_valid(self, a: int, b: int) -> bool:
+        """True iff ``[a, b]`` is the BPE encoding of ``bytes(a) + bytes(b)``."""
+        reach = self.tok.reachable
+        if not (reach[a] and reach[b]):
+            return False
+        xs, ys = self.right_spine(a), self.left_spine(b)
+        f = self.rank
+        for i, x in enumerate(xs):
+            fx_next = f[xs[i + 1]] if i + 1 < len(xs) else INF
+            for j, y in enumerate(ys):
+                hit = self.tok.merges.get((x, y))
+                if hit is None:
+                    continue
+                r = hit[0]
+                fy_next = f[ys[j + 1]] if j + 1 < len(ys) else INF
+                if max(f[x], f[y]) < r < fx_next and r <= fy_next:
+                    return False
+        return True
+
+    # ------------------------------------------------------------------- masks
+    def successors(self, a: int) -> np.ndarray:
+        """Boolean mask over token ids: ``b`` with ``(a, b)`` valid inside a pre-token."""
+        hit = self._masks.get(a)
+        if hit is not None:
+            self._masks.move_to_end(a)
+            return hit
+        mask = self._compute_successors(a)
+        mask.setflags(write=False)
+        self._masks[a] = mask
+        if len(self._masks) > self._cache_size:
+            self._masks.popitem(last=False)
+        return mask
+
+    def _compute_successors(self, a: int) -> np.ndarray:
+        valid = self.tok.reachable.copy()
+        if not valid[a]:
+            valid[:] = False
+            return valid
+        xs = self.right_spine(a)
+        f = self.rank
+        for i, x in enumerate(xs):
+            fx, fx_next = f[x], (f[xs[i + 1]] if i + 1 < len(xs) else INF)
+            lo, hi = self.part_ptr[x], self.part_ptr[x + 1]
+            syms, ranks = self.part_sym[lo:hi], self.part_rank[lo:hi]
+            keep = (ranks > fx) & (ranks < fx_next) & (f[syms] < ranks)
+            for p, r in zip(syms[keep].tolist(), ranks[keep].tolist(), strict=True):
+                plo, phi = self.inv_ptr[p], self.inv_ptr[p + 1]
+                # entries of p's list are sorted by the rank of p's parent in b's left spine
+                cut = plo + int(np.searchsorted(self.inv_prank[plo:phi], r, side="left"))
+                valid[self.inv_tok[cut:phi]] = False
+        return valid
+
+    def _build_partners(self) -> None:
+        """CSR: for each left symbol, its right partners and merge ranks."""
+        tok = self.tok
+        formed = np.flatnonzero((tok.left >= 0) & tok.reachable)
+        lefts, rights, ranks = tok.left[formed], tok.right[formed], tok.rank[formed]
+        order = np.argsort(lefts, kind="stable")
+        self.part_sym, self.part_rank = rights[order], ranks[order]
+        counts = np.bincount(lefts, minlength=tok.size)
+        self.part_ptr = np.concatenate([[0], np.cumsum(counts)])
+
+    def _build_left_spine_index(self) -> None:
+        """CSR: for each symbol p, tokens b whose left spine holds p, with f(parent of p)."""
+        tok = self.tok
+        cur = np.flatnonzero(tok.reachable)
+        owners, prank = cur.copy(), np.full(len(cur), INF, dtype=np.int64)
+        all_sym, all_tok, all_prank = [cur], [owners], [prank]
+        while True:
+            has = tok.left[cur] >= 0
+            if not has.any():
+                break
+            parent = cur[has]
+            cur, owners = tok.left[parent], owners[has]
+            all_sym.append(cur)
+            all_tok.append(owners)
+            all_prank.append(self.rank[parent])
+        sym, toks, pr = (np.concatenate(a) for a in (all_sym, all_tok, all_prank))
+        order = np.lexsort((pr, sym))
+        self.inv_tok, self.inv_prank = toks[order], pr[order]
+        counts = np.bincount(sym, minlength=tok.size)
+        self.inv_ptr = np.concatenate([[0], np.cumsum(counts)])

@@ -1,0 +1,5 @@
+"""Allow ``python -m midword``."""
+
+from midword.cli import main
+
+raise SystemExit(main())

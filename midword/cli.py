@@ -1,0 +1,58 @@
+"""The ``midword`` command line.
+
+Each subcommand lives in its own module (``midword/cmd_<name>.py``) exposing
+``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only
+when their command runs, so ``midword --help`` stays fast (no torch import).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# name -> (module, one-line help). Order is the order shown in --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "tree": ("midword.cmd_tree", "print the Valid Covering Tree of a byte prefix"),
+}
+
+
+class CommandError(Exception):
+    """An error to report as one line on stderr with a non-zero exit."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="midword",
+        description=(
+            "Exact completion at the cursor, even mid-word: ByteSampler over the "
+            "Valid Covering Tree of the byte prefix."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        cmd = sub.add_parser(name, help=help_text, description=module.__doc__)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(args._module.run(args) or 0)
+    except CommandError as exc:
+        print(f"midword {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

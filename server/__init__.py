@@ -1,0 +1,1 @@
+"""The language server (built in a later step; see issue 4)."""

@@ -1,0 +1,124 @@
+"""Brute-force oracle for the Valid Covering Tree, built on the real ``tokenizers`` encoder.
+
+A token sequence is a canonical prefix when, for some probe continuation
+``y``, the real encoder's output for ``decode(T) + y`` starts with ``T``.
+The oracle enumerates covering sequences directly from the definition
+(paper definition 1) and filters them with that check; it shares nothing with
+the engine but the probe list and the tokenizer file.
+"""
+
+from __future__ import annotations
+
+import codecs
+import random
+import unicodedata
+
+from midword.engine.tokenizer import BPETokenizer
+from midword.engine.vct import PROBES
+from tokenizers import Tokenizer
+
+
+def real_encoder(path: str) -> Tokenizer:
+    hf = Tokenizer.from_file(str(path))
+    hf.encode_special_tokens = True  # special-token text is text
+    return hf
+
+
+def _completions(partial: bytes) -> list[str]:
+    lead = partial[0]
+    total = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    tails = [b""]
+    for _ in range(total - len(partial)):
+        tails = [t + bytes([c]) for t in tails for c in range(0x80, 0xC0)]
+    seen, out = set(), []
+    for t in tails:
+        try:
+            ch = (partial + t).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        key = (unicodedata.category(ch), t[0]) if len(tails) > 64 else ch
+        if key not in seen:
+            seen.add(key)
+            out.append(ch)
+    return out
+
+
+def probe_strings(data: bytes) -> list[str] | None:
+    """``data`` + each probe as text (None when ``data`` cannot start valid UTF-8 text)."""
+    dec = codecs.getincrementaldecoder("utf-8")()
+    try:
+        text = dec.decode(data, final=False)
+    except UnicodeDecodeError:
+        return None
+    partial = dec.getstate()[0]
+    heads = [text + c for c in _completions(partial)] if partial else [text]
+    return [h + y for h in heads for y in PROBES]
+
+
+def canonical_prefixes(hf: Tokenizer, tok: BPETokenizer, seqs: list[tuple[int, ...]]) -> set:
+    """The sequences of ``seqs`` that start the real encoding of some probed text."""
+    jobs: list[tuple[int, str]] = []
+    for i, seq in enumerate(seqs):
+        strings = probe_strings(tok.decode(seq))
+        for s in strings or []:
+            jobs.append((i, s))
+    encs = hf.encode_batch([s for _, s in jobs], add_special_tokens=False)
+    ok = set()
+    for (i, _), enc in zip(jobs, encs, strict=True):
+        seq = seqs[i]
+        if tuple(enc.ids[: len(seq)]) == seq:
+            ok.add(seq)
+    return ok
+
+
+def brute_force_tree(
+    hf: Tokenizer, tok: BPETokenizer, prefix: bytes, end_sample: list[int]
+) -> set[tuple[int, ...]]:
+    """All canonical sequences covering ``prefix`` (paper definition 1), found breadth-first.
+
+    Nodes ending exactly at the end of the prefix get only ``end_sample`` as candidate
+    children (checking the whole vocabulary there would take minutes).
+    """
+    by_bytes = {b: i for i, b in enumerate(tok.token_bytes) if b is not None}
+    items = [(b, i) for i, b in enumerate(tok.token_bytes) if b is not None]
+    straddle: dict[int, list[int]] = {}
+    found: set[tuple[int, ...]] = set()
+    frontier: list[tuple[tuple[int, ...], int]] = [((), 0)]
+    while frontier:
+        inner: list[tuple[int, ...]] = []
+        leaves: list[tuple[int, ...]] = []
+        for path, pos in frontier:
+            if pos == len(prefix):
+                leaves.extend(path + (t,) for t in end_sample)
+                continue
+            rest = prefix[pos:]
+            if pos not in straddle:
+                straddle[pos] = [i for b, i in items if len(b) > len(rest) and b.startswith(rest)]
+            leaves.extend(path + (t,) for t in straddle[pos])
+            for k in range(1, len(rest) + 1):
+                t = by_bytes.get(rest[:k])
+                if t is not None:
+                    inner.append(path + (t,))
+        found |= canonical_prefixes(hf, tok, leaves)
+        ok_inner = canonical_prefixes(hf, tok, inner)
+        found |= {p for p in ok_inner if len(tok.decode(p)) == len(prefix)}
+        frontier = [(p, len(tok.decode(p))) for p in ok_inner]
+    return found
+
+
+def tree_sequences(tree, end_sample: list[int]) -> set[tuple[int, ...]]:
+    """The covering sequences of an engine tree, relative to its trunk, in the oracle's terms."""
+    sample = set(end_sample)
+    out: set[tuple[int, ...]] = set()
+    for node in tree.nodes:
+        if node.ends_at_prefix_end:
+            out.add(tuple(node.path))
+            out |= {tuple(node.path) + (int(t),) for t in node.leaves if int(t) in sample}
+        else:
+            out |= {tuple(node.path) + (int(t),) for t in node.leaves}
+    return out
+
+
+def sample_ids(tok: BPETokenizer, n: int, rng: random.Random) -> list[int]:
+    ids = [i for i, b in enumerate(tok.token_bytes) if b is not None]
+    return rng.sample(ids, min(n, len(ids)))
