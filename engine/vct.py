@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import regex
@@ -28,11 +30,32 @@ from .tokenizer import BPETokenizer, load_tokenizer
 from .validity import Validity
 
 PROBES: tuple[str, ...] = (
-    "", " ", "a", "A", "0", ".", "\n", "'", "(", "中", "\t", "_", " a", "é", "\x00",
-    "s", "t", "m", "d", "re", "ve", "ll",  # contraction suffixes
+    "",
+    " ",
+    "a",
+    "A",
+    "0",
+    ".",
+    "\n",
+    "'",
+    "(",
+    "中",
+    "\t",
+    "_",
+    " a",
+    "é",
+    "\x00",
+    "s",
+    "t",
+    "m",
+    "d",
+    "re",
+    "ve",
+    "ll",  # contraction suffixes
 )
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
-MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
+MAX_PREFIX_BYTES = 1 << 20
+VCT_CACHE_VERSION = "1"  # a longer prefix is almost certainly a mistake; the editor uses windows
 
 
 class PrefixError(ValueError):
@@ -56,8 +79,20 @@ class TailNode:
 
 @dataclass
 class Tree:
+    """The VCT of one prefix.
+
+    ``trunk``: tokens shared by every covering; ``nodes``: the internal nodes of
+    the tail, parents before children (``nodes[0].path == ()``); ``rest``: how
+    many bytes of the prefix lie after the trunk; ``complete``: the path of the
+    node whose sequence is the canonical encoding of the prefix as a whole text
+    (where the text may end, so end-of-text events hang off it), or None when the
+    prefix ends inside a character.
+    """
+
     trunk: list[int]
     nodes: list[TailNode]
+    rest: int = 0
+    complete: tuple[int, ...] | None = None
 
     @property
     def internal_count(self) -> int:
@@ -121,6 +156,12 @@ class Engine:
         # a pre-token may start with any reachable token, or be one whole ignore_merges token
         self.starts_ok = (tok.reachable | (tok.is_text & tok.ignore_merges)) & ~added
         self.tail_ok = self._tail_ok()
+        self.whole_ok = self._whole_ok()
+        self.irregular = self._irregular()
+        self.irregular_ids = np.flatnonzero(self.irregular & self.whole_ok).tolist()
+        # non-special added tokens are matched before pre-tokenization: checked by encoding
+        self.added_ids = sorted(tok.added_text.values())
+        self.is_added = added
         self._tails: OrderedDict[bytes, tuple] = OrderedDict()
         self.tail_cache_size = 4096
 
@@ -157,30 +198,94 @@ class Engine:
         return out, reps
 
     def _tail_ok(self) -> np.ndarray:
-        """False for tokens that end inside a character no valid next token can complete
-        (BPE would always merge the character back together)."""
-        tok = self.tok
-        ok = np.ones(tok.size, dtype=bool)
-        by_first: dict[int, list[int]] = {}
-        for b, i in self.sorted_bytes:
-            if 0x80 <= b[0] < 0xC0:
-                by_first.setdefault(b[0], []).append(i)
-        for i, b in enumerate(tok.token_bytes):
-            if b is None:
+        """False for tokens that end inside a character when no text completing that
+        character keeps the token whole (BPE or the normalizer always rewrites it).
+        Computed by encoding every completion and probe once per tokenizer, then cached
+        on disk beside the tokenizer's normal form."""
+        cache = _engine_cache(self.tok, "tail_ok")
+        if cache is not None and cache.is_file():
+            return np.load(cache)
+        ok = np.ones(self.tok.size, dtype=bool)
+        for i, b in enumerate(self.tok.token_bytes):
+            if b is None or 0x80 <= b[0] < 0xC0:
                 continue
-            _, partial = _split_lenient(b)
-            if not partial:
-                continue
-            cands = [c for lead in range(0x80, 0xC0) for c in by_first.get(lead, [])
-                     if _utf8_prefix_ok(partial + tok.token_bytes[c])]  # type: ignore[operator]
-            ok[i] = any(self.validity.pair_valid(i, c) for c in cands)
+            text, partial = _split_lenient(b)
+            if partial:
+                ok[i] = self._survives(i, text, partial)
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(".tmp.npy")
+            np.save(tmp, ok)
+            tmp.replace(cache)
         return ok
+
+    def _survives(self, token: int, text: str, partial: bytes) -> bool:
+        for probe in PROBES:
+            for ch in char_completions(partial):
+                ids = self.tok.encode(text + ch + probe)
+                if ids and ids[0] == token:
+                    return True
+        return False
+
+    def _whole_ok(self) -> np.ndarray:
+        """False for tokens the pre-tokenizer always cuts inside (whatever follows them):
+        such a token can never come out of BPE, e.g. a Thai word with a combining vowel
+        under ``\\p{L}+``; likewise a token that the normalizer rewrites (U+F941 under NFC)."""
+        ok = np.ones(self.tok.size, dtype=bool)
+        spans = self.tok.pretokenizer.spans
+        for i, b in enumerate(self.tok.token_bytes):
+            if b is None or 0x80 <= b[0] < 0xC0:
+                continue
+            text, _ = _split_lenient(b)
+            if self.tok.normalize is not None and self.tok.normalize(text) != text:
+                ok[i] = False  # normalization (NFC) rewrites this text before BPE sees it
+                continue
+            if len(text) < 2 or len(spans(text)) == 1:
+                continue
+            ok[i] = any(_no_cut_inside(spans(text + y), len(text)) for y in PROBES)
+        return ok
+
+    def _irregular(self) -> np.ndarray:
+        """Tokens the head-key shortcut does not describe, checked one by one: those whose
+        first 4 characters split differently alone than inside the whole token (runs of
+        whitespace and newlines)."""
+        out = np.zeros(self.tok.size, dtype=bool)
+        spans = self.tok.pretokenizer.spans
+        for i in np.flatnonzero(self.first_key >= 0):
+            if not self.key_long[self.first_key[i]]:
+                continue
+            text, _ = _split_lenient(self.tok.token_bytes[i])  # type: ignore[arg-type]
+            window = len(text[:4]) - 1
+            cuts_whole = {e for _, e in spans(text) if e < window}
+            cuts_head = {e for _, e in spans(text[:4]) if e < window}
+            out[i] = cuts_whole != cuts_head
+        return out
 
     def token_range(self, prefix: bytes) -> tuple[int, int]:
         """Indices into ``sorted_bytes`` of tokens that start with ``prefix``."""
         lo = bisect.bisect_left(self._sorted_keys, prefix)
         hi = bisect.bisect_left(self._sorted_keys, prefix + b"\xff" * (self.max_token_len + 1))
         return lo, hi
+
+
+def _engine_cache(tok: BPETokenizer, what: str) -> Path | None:
+    """Where a per-tokenizer table is cached (None when caching is off)."""
+    from .tokenizer import CACHE_VERSION, _cache_file
+
+    try:
+        raw = Path(tok.source).read_bytes()
+    except OSError:
+        return None
+    base = _cache_file(raw + f"vct-{VCT_CACHE_VERSION}-{what}".encode() + CACHE_VERSION.encode())
+    return (
+        base.with_name(base.name.replace("bpe-", f"vct-{what}-")).with_suffix(".npy")
+        if base
+        else None
+    )
+
+
+def _no_cut_inside(spans: list[tuple[int, int]], length: int) -> bool:
+    return not any(0 < end < length for _, end in spans)
 
 
 def _complete_head(data: bytes) -> str | None:
@@ -230,34 +335,32 @@ def _utf8_prefix_ok(data: bytes) -> bool:
     return True
 
 
-@lru_cache(maxsize=64)
-def _completions(partial: bytes) -> tuple[str, ...]:
-    """A few characters whose UTF-8 starts with ``partial`` (one per distinct class-ish)."""
-    need = {0xC0: 2, 0xE0: 3, 0xF0: 4}
+@lru_cache(maxsize=256)
+def char_completions(partial: bytes) -> tuple[str, ...]:
+    """Characters that complete a partial UTF-8 character: all of them when one byte is
+    missing, else one per (Unicode category, first missing byte). The tests' oracle uses
+    the same set, so "some text continues it" means the same thing on both sides.
+
+    >>> char_completions("é".encode()[:1])[:3]
+    ('À', 'Á', 'Â')
+    """
     lead = partial[0]
     total = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
-    del need
-    out: list[str] = []
-    seen: set[str] = set()
     tails = [b""]
     for _ in range(total - len(partial)):
         tails = [t + bytes([c]) for t in tails for c in range(0x80, 0xC0)]
+    seen: set[object] = set()
+    out: list[str] = []
     for t in tails:
         try:
             ch = (partial + t).decode("utf-8")
         except UnicodeDecodeError:
             continue
-        cat = _coarse(ch)
-        if cat not in seen:
-            seen.add(cat)
+        key = (unicodedata.category(ch), t[0]) if len(tails) > 64 else ch
+        if key not in seen:
+            seen.add(key)
             out.append(ch)
     return tuple(out)
-
-
-def _coarse(ch: str) -> str:
-    import unicodedata
-
-    return unicodedata.category(ch)
 
 
 # ---------------------------------------------------------------- hypotheses
@@ -342,16 +445,35 @@ class VCT:
     # --------------------------------------------------------------- the tree
     def tree(self) -> Tree:
         if self._tree is None:
-            trunk_tail, nodes = build_tail(self.engine, bytes(self.buf[self.settled :]))
-            self._tree = Tree(self.settled_trunk + list(trunk_tail), nodes)
+            region = bytes(self.buf[self.settled :])
+            trunk_tail, nodes = build_tail(self.engine, region)
+            rest = len(region) - len(self.tok.decode(trunk_tail))
+            self._tree = Tree(
+                self.settled_trunk + list(trunk_tail),
+                nodes,
+                rest,
+                self._complete(region, trunk_tail),
+            )
         return self._tree
+
+    def _complete(self, region: bytes, trunk_tail: tuple[int, ...]) -> tuple[int, ...] | None:
+        """Path (below the trunk) of the canonical encoding of the prefix as a whole text."""
+        text, partial = split_utf8(region)
+        if partial:
+            return None
+        ids = tuple(self.tok.encode(text))
+        if ids[: len(trunk_tail)] != trunk_tail:
+            return None  # cannot happen when the tail is complete; the tests check it
+        return ids[len(trunk_tail) :]
 
     @property
     def trunk(self) -> list[int]:
         return self.tree().trunk
 
 
-def _common_spans(spans_per_probe: list[list[tuple[int, int]]], limit: int) -> list[tuple[int, int]]:
+def _common_spans(
+    spans_per_probe: list[list[tuple[int, int]]], limit: int
+) -> list[tuple[int, int]]:
     """Leading spans shared by every probe that end strictly before ``limit``."""
     first = spans_per_probe[0]
     out = []
@@ -416,7 +538,7 @@ class _TailBuilder:
 
     def region_hyps(self) -> tuple[Hyp, ...]:
         n = len(self.region)
-        conts = _completions(self.partial) if self.partial else ("",)
+        conts = char_completions(self.partial) if self.partial else ("",)
         found: set[Hyp] = set()
         for c in conts:
             for bounds, _ in self.hyps_for(c, len(c.encode("utf-8")) if c else 0):
@@ -491,7 +613,9 @@ class _TailBuilder:
 
     def _starts_pretoken(self, h: Hyp, pos: int, t: int, end: int) -> bool:
         """May ``t`` be the first token of the pre-token that starts at ``pos``?"""
-        nxt = min([b for b in h.inner if b > pos] + ([len(self.region)] if h.at_end else []), default=None)
+        nxt = min(
+            [b for b in h.inner if b > pos] + ([len(self.region)] if h.at_end else []), default=None
+        )
         whole = self.region[pos:nxt] if nxt is not None else None
         if self.tok.ignore_merges and whole is not None and whole in self.tok.bytes_to_id:
             return end == nxt  # ignore_merges emits a whole in-vocabulary pre-token as one token
@@ -501,17 +625,53 @@ class _TailBuilder:
 
     # -------------------------------------------------------------- leaves
     def _straddlers(self, node: _Node) -> list[int]:
+        """Tokens that cover the rest of the region from ``node`` and reach past it."""
         rest = self.region[node.pos :]
         lo, hi = self.e.token_range(rest)
         cands = [t for b, t in self.e.sorted_bytes[lo:hi] if len(b) > len(rest)]
-        return self._check_leaves(node, cands, len(rest))
+        return self._exact_leaves(node, cands, len(rest))
 
     def _end_children(self, node: _Node) -> list[int]:
-        if self.partial:
+        if self.partial:  # only tokens that go on with the open character
             lo, hi = self.e.token_range(b"")
             cands = [t for b, t in self.e.sorted_bytes[lo:hi] if 0x80 <= b[0] < 0xC0]
-            return self._check_leaves(node, cands, 0)
+            return self._exact_leaves(node, cands, 0)
         return self._end_children_vectorized(node)
+
+    def _exact_leaves(self, node: _Node, cands: list[int], skip: int) -> list[int]:
+        """The candidates that extend ``node`` canonically, checked by encoding.
+
+        A cheap necessary condition goes first: a token that cannot start a
+        pre-token at ``node.pos`` must be a valid successor of the node's token.
+        """
+        may_split = node.pos == 0 or any(self._is_split(h, node.pos) for h in node.hyps)
+        succ = self.e.validity.successors(node.last) if node.last is not None else None
+        out = []
+        for t in cands:
+            if not (
+                (may_split and self.e.starts_ok[t])
+                or (succ is not None and succ[t])
+                or self.e.is_added[t]
+            ):
+                continue
+            data = self.region + self.tok.token_bytes[t][skip:]  # type: ignore[index]
+            if self._extends_canonically(node.path + (t,), data):
+                out.append(t)
+        return out
+
+    def _extends_canonically(self, seq: tuple[int, ...], data: bytes) -> bool:
+        """Does some probed text that starts with ``data`` encode to tokens starting with ``seq``?"""
+        try:
+            text, partial = split_utf8(data)
+        except PrefixError:
+            return False
+        heads = [text + c for c in char_completions(partial)] if partial else [text]
+        n = len(seq)
+        for probe in PROBES:
+            for head in heads:
+                if tuple(self.tok.encode(head + probe)[:n]) == seq:
+                    return True
+        return False
 
     def _leaf_verdicts(
         self, node: _Node, extra: str, extra_bytes: int, truncated: bool = False
@@ -539,32 +699,6 @@ class _TailBuilder:
                 ok_cont = True
         return ok_new, ok_cont
 
-    def _check_leaves(self, node: _Node, cands: list[int], skip: int) -> list[int]:
-        if not cands:
-            return []
-        succ = self.e.validity.successors(node.last) if node.last is not None else None
-        verdicts: dict[tuple, tuple[bool, bool]] = {}
-        leaves = []
-        for t in cands:
-            tb = self.tok.token_bytes[t]
-            extra_b = tb[skip:]  # type: ignore[index]
-            whole = self.partial + extra_b  # the leaf's bytes from the start of the open char
-            if not _utf8_prefix_ok(whole):
-                continue
-            text, _ = split_utf8(whole)
-            key = self.e.head_key(text)
-            if key not in verdicts:
-                head = text[:4]
-                verdicts[key] = self._leaf_verdicts(
-                    node, head, len(head.encode("utf-8")), len(text) > 4
-                )
-            ok_new, ok_cont = verdicts[key]
-            if not self.e.tail_ok[t]:
-                continue
-            if (ok_new and self.e.starts_ok[t]) or (ok_cont and succ is not None and succ[t]):
-                leaves.append(t)
-        return leaves
-
     def _end_children_vectorized(self, node: _Node) -> list[int]:
         e = self.e
         self._long_key = e.key_long
@@ -578,8 +712,9 @@ class _TailBuilder:
         mask = ok_new[keys] & e.starts_ok & e.tail_ok
         if node.last is not None:
             mask |= ok_cont[keys] & e.validity.successors(node.last)
-        mask &= keys >= 0
-        return np.flatnonzero(mask).tolist()
+        mask &= (keys >= 0) & e.whole_ok & ~e.irregular
+        exact = self._exact_leaves(node, e.irregular_ids + e.added_ids, 0)
+        return sorted(np.flatnonzero(mask).tolist() + exact)
 
 
 # ------------------------------------------------------------------ loading

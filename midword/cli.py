@@ -15,6 +15,8 @@ from collections.abc import Sequence
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "tree": ("midword.cmd_tree", "print the Valid Covering Tree of a byte prefix"),
+    "next-bytes": ("midword.cmd_next_bytes", "print the exact next-byte distribution"),
+    "complete": ("midword.cmd_complete", "complete a prefix (ByteSampler or a baseline)"),
 }
 
 

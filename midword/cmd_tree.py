@@ -16,7 +16,9 @@ from midword.cli import CommandError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("prefix", nargs="?", help="prefix text, or '-' to read raw bytes from stdin")
+    parser.add_argument(
+        "prefix", nargs="?", help="prefix text, or '-' to read raw bytes from stdin"
+    )
     parser.add_argument("--tokenizer", required=True, help="tokenizer.json or a model directory")
     parser.add_argument("--prefix-file", help="read the prefix as raw bytes from this file")
     parser.add_argument("--json", action="store_true", help="print the tree as one JSON object")
@@ -38,7 +40,9 @@ def read_prefix(args: argparse.Namespace) -> bytes:
     try:
         return args.prefix.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise CommandError("the prefix contains a lone surrogate; pass raw bytes with --prefix-file") from exc
+        raise CommandError(
+            "the prefix contains a lone surrogate; pass raw bytes with --prefix-file"
+        ) from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     for node in tree.nodes:
         mark = "  [ends at prefix end]" if node.ends_at_prefix_end else ""
         print(f"  node [{show(node.path)}]{mark}: {len(node.leaves)} leaves")
-        print(f"      {show(node.leaves[: args.max_leaves].tolist())}{' ...' if len(node.leaves) > args.max_leaves else ''}")
+        print(
+            f"      {show(node.leaves[: args.max_leaves].tolist())}{' ...' if len(node.leaves) > args.max_leaves else ''}"
+        )
     print(f"internal nodes: {tree.internal_count}  leaves: {tree.leaf_count}")
     return 0

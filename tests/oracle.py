@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import codecs
 import random
-import unicodedata
 
 from midword.engine.tokenizer import BPETokenizer
-from midword.engine.vct import PROBES
+from midword.engine.vct import PROBES, char_completions
 from tokenizers import Tokenizer
 
 
@@ -22,25 +21,6 @@ def real_encoder(path: str) -> Tokenizer:
     hf = Tokenizer.from_file(str(path))
     hf.encode_special_tokens = True  # special-token text is text
     return hf
-
-
-def _completions(partial: bytes) -> list[str]:
-    lead = partial[0]
-    total = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
-    tails = [b""]
-    for _ in range(total - len(partial)):
-        tails = [t + bytes([c]) for t in tails for c in range(0x80, 0xC0)]
-    seen, out = set(), []
-    for t in tails:
-        try:
-            ch = (partial + t).decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        key = (unicodedata.category(ch), t[0]) if len(tails) > 64 else ch
-        if key not in seen:
-            seen.add(key)
-            out.append(ch)
-    return out
 
 
 def probe_strings(data: bytes) -> list[str] | None:
@@ -51,7 +31,7 @@ def probe_strings(data: bytes) -> list[str] | None:
     except UnicodeDecodeError:
         return None
     partial = dec.getstate()[0]
-    heads = [text + c for c in _completions(partial)] if partial else [text]
+    heads = [text + c for c in char_completions(partial)] if partial else [text]
     return [h + y for h in heads for y in PROBES]
 
 

@@ -1,0 +1,268 @@
+"""Completion from a byte prefix: ByteSampler (PBP mode or byte mode), token healing and
+the naive tokenize-then-generate baseline, all behind one API.
+
+>>> from midword.engine.backend import FakeModel                          # doctest: +SKIP
+>>> engine = load_engine("models/default")                                # doctest: +SKIP
+>>> completer = Completer(FakeModel(engine.tok.size), engine)              # doctest: +SKIP
+>>> completer.complete(b"self.assertEq", Settings(max_tokens=8)).text      # doctest: +SKIP
+'ual(...'
+
+``Completion.text`` is only what comes after the prefix. PBP mode samples one
+leaf of the VCT by its exact probability and then generates ordinary tokens;
+byte mode samples one byte at a time from the exact next-byte distribution.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backend import BackendError, ScoringModel
+from .sampling import ByteSampler, Transform, logsumexp
+from .vct import Engine, split_utf8
+
+METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
+MODES = ("pbp", "bytes")
+
+__all__ = ["METHODS", "MODES", "Completer", "Completion", "Settings"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to complete. ``temperature=0`` is greedy; ``level`` says where the transform
+    applies in byte mode ("token": on leaf log-probs before aggregation, "byte": on the
+    next-byte distribution); PBP mode always transforms at token level."""
+
+    method: str = "bytesampler"
+    mode: str = "pbp"
+    max_tokens: int = 48
+    max_bytes: int = 0  # 0: 4 bytes per allowed token
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    level: str = "token"
+    seed: int | None = None
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(
+                f"unknown method {self.method!r}; expected one of {', '.join(METHODS)}"
+            )
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if self.level not in ("token", "byte"):
+            raise ValueError(f"unknown level {self.level!r}; expected token or byte")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        Transform(self.temperature, self.top_k, self.top_p)  # validates them
+
+    @property
+    def transform(self) -> Transform:
+        return Transform(self.temperature, self.top_k, self.top_p)
+
+    @property
+    def byte_budget(self) -> int:
+        return self.max_bytes or 4 * self.max_tokens
+
+
+@dataclass
+class Completion:
+    """What comes after the prefix, and how it was obtained."""
+
+    text: str
+    data: bytes
+    leaf_logprob: float | None
+    tokens: int
+    seconds: float
+    stop_reason: str  # "eos", "stop", "max_tokens" or "max_bytes"
+
+    def to_json(self) -> dict:
+        """The public ``midword complete --json`` object."""
+        return {
+            "completion": self.text,
+            "leaf_logprob": self.leaf_logprob,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 6),
+        }
+
+
+def _pick(logp: np.ndarray, greedy: bool, rng: np.random.Generator) -> int:
+    """An index drawn from log-probs (argmax when greedy)."""
+    if greedy:
+        return int(np.argmax(logp))
+    total = logsumexp(logp)
+    if total == float("-inf"):
+        raise BackendError("nothing to sample: every continuation has probability zero")
+    p = np.exp(logp - total)
+    return int(rng.choice(p.size, p=p / p.sum()))
+
+
+class _Output:
+    """Accumulates completion bytes; applies stop strings and budgets."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data = bytearray()
+        self.reason = ""
+
+    def add(self, data: bytes) -> bool:
+        """Append; True when generation must stop."""
+        self.data.extend(data)
+        text = self.data.decode("utf-8", errors="ignore")
+        cuts = [text.find(s) for s in self.settings.stop if s and s in text]
+        if cuts:
+            self.data = bytearray(text[: min(cuts)].encode())
+            self.reason = "stop"
+            return True
+        if len(self.data) >= self.settings.byte_budget and self.settings.mode == "bytes":
+            self.reason = "max_bytes"
+            return True
+        return False
+
+    def result(self, leaf_lp: float | None, tokens: int, started: float) -> Completion:
+        data = bytes(self.data)
+        text = data.decode("utf-8", errors="ignore")
+        return Completion(text, data, leaf_lp, tokens, time.perf_counter() - started, self.reason)
+
+
+class Completer:
+    """Completes byte prefixes with one model; keeps its KV cache between calls
+    (consecutive prefixes of one buffer share most of it)."""
+
+    def __init__(self, model: ScoringModel, engine: Engine, start_id: int | None = None) -> None:
+        self.model = model
+        self.engine = engine
+        self.tok = engine.tok
+        self.sampler = ByteSampler(model, engine, track_prefix=False, start_id=start_id)
+        self.session = self.sampler.session
+        self.start_id = self.sampler.start_id if start_id is None else start_id
+        self._special = set(self.tok.special_ids) | {
+            i for i in range(self.tok.size, model.vocab_size)
+        }
+
+    def complete(self, prefix: bytes, settings: Settings = Settings()) -> Completion:
+        """Complete ``prefix``; raises PrefixError for bad input, BackendError for model errors."""
+        started = time.perf_counter()
+        rng = np.random.default_rng(settings.seed)
+        if settings.method == "bytesampler" and settings.mode == "bytes":
+            return self._bytes_mode(prefix, settings, rng, started)
+        if settings.method == "bytesampler":
+            return self._pbp(prefix, settings, rng, started)
+        backtrack = 0 if settings.method == "naive" else int(settings.method[len("healing") :])
+        return self._healing(prefix, backtrack, settings, rng, started)
+
+    def complete_many(
+        self, prefixes: Sequence[bytes], settings: Settings = Settings()
+    ) -> list[Completion]:
+        """Several prompts, one after the other on the shared cache."""
+        return [self.complete(p, settings) for p in prefixes]
+
+    # ------------------------------------------------------------------ PBP
+    def _pbp(
+        self, prefix: bytes, s: Settings, rng: np.random.Generator, started: float
+    ) -> Completion:
+        self.sampler.reset(prefix)
+        greedy = s.transform.is_greedy  # greedy: the single most likely leaf
+        seqs, weights = self.sampler.leaves(Transform() if greedy else s.transform)
+        if not seqs:
+            raise BackendError("no token sequence covers this prefix")
+        k = _pick(weights, greedy, rng)
+        leaf_lp = float(weights[k] - logsumexp(weights))
+        tree = self.sampler.vct.tree()
+        seq = seqs[k]
+        out = _Output(s)
+        if seq[-1] in self._special:
+            out.reason = "eos"
+            return out.result(leaf_lp, 1, started)
+        if out.add(self.tok.decode(seq)[tree.rest :]):
+            return out.result(leaf_lp, 1, started)
+        tokens = self._generate(list(tree.trunk) + list(seq), s, rng, out, budget=s.max_tokens - 1)
+        return out.result(leaf_lp, 1 + tokens, started)
+
+    def _generate(
+        self, context: list[int], s: Settings, rng: np.random.Generator, out: _Output, budget: int
+    ) -> int:
+        """Plain token-level sampling after ``context``; returns the number of tokens made."""
+        made = 0
+        while made < budget:
+            row = s.transform.apply(self.session.logprobs(context, [()])[0])
+            t = _pick(row, s.transform.is_greedy, rng)
+            made += 1
+            if t in self._special:
+                out.reason = "eos"
+                return made
+            context.append(t)
+            if out.add(self.tok.token_bytes[t] or b""):
+                return made
+        out.reason = out.reason or "max_tokens"
+        return made
+
+    # ------------------------------------------------------------------ bytes
+    def _bytes_mode(
+        self, prefix: bytes, s: Settings, rng: np.random.Generator, started: float
+    ) -> Completion:
+        self.sampler.reset(prefix)
+        out = _Output(s)
+        plain = s.level == "byte" or s.transform.is_greedy  # greedy: the likeliest byte
+        token_level = Transform() if plain else s.transform
+        made = 0
+        while True:
+            dist = self.sampler.next_bytes(token_level).normalized()  # [257]
+            if s.level == "byte" and not s.transform.is_greedy:
+                dist = s.transform.apply(dist)
+            b = _pick(dist, s.transform.is_greedy, rng)
+            if b == 256:
+                out.reason = "eos"
+                break
+            self.sampler.push(bytes([b]))
+            made += 1
+            if out.add(bytes([b])):
+                break
+        return out.result(None, made, started)
+
+    # ------------------------------------------------------------------ baselines
+    def _healing(
+        self, prefix: bytes, k: int, s: Settings, rng: np.random.Generator, started: float
+    ) -> Completion:
+        """Token healing with ``k`` tokens backed off (k=0: naive). The removed bytes are a
+        hard constraint: generated tokens must agree with them until they are consumed."""
+        text, partial = split_utf8(prefix)
+        ids = self.tok.encode(text)
+        base = ids[: max(0, len(ids) - k)]
+        need = prefix[len(self.tok.decode(base)) :]
+        out = _Output(s)
+        context = list(base)
+        made = 0
+        while need and made < s.max_tokens:
+            row = self.session.logprobs(context, [()])[0]
+            allowed = self._compatible(need)
+            masked = np.full_like(row, float("-inf"))
+            masked[allowed] = row[allowed]
+            t = _pick(s.transform.apply(masked), s.transform.is_greedy, rng)
+            made += 1
+            context.append(t)
+            tb = self.tok.token_bytes[t] or b""
+            extra = tb[len(need) :] if len(tb) > len(need) else b""
+            need = need[len(tb) :] if len(tb) < len(need) else b""
+            if extra and out.add(extra):
+                return out.result(None, made, started)
+        if made >= s.max_tokens:
+            out.reason = "max_tokens"
+            return out.result(None, made, started)
+        made += self._generate(context, s, rng, out, budget=s.max_tokens - made)
+        return out.result(None, made, started)
+
+    def _compatible(self, need: bytes) -> np.ndarray:
+        """Token ids whose bytes are a prefix of ``need`` or start with it."""
+        ids = [
+            self.tok.bytes_to_id[need[:n]]
+            for n in range(1, len(need))
+            if need[:n] in self.tok.bytes_to_id
+        ]
+        lo, hi = self.engine.token_range(need)
+        ids.extend(t for _, t in self.engine.sorted_bytes[lo:hi])
+        return np.array(sorted(set(ids)), dtype=np.int64)

@@ -1,0 +1,374 @@
+"""ByteSampler operations on a scored Valid Covering Tree (paper section 3.2, appendix F).
+
+Everything here is exact with respect to the tree: the probability that the
+model's text starts with the prefix ``x`` is
+
+    P(x) = P(trunk) * ( sum of P(path + leaf) over leaves that reach past x
+                      + sum of P(path) over nodes that end exactly at x )
+
+and the next-byte distribution is ``P(x b) / P(x)`` for every byte ``b``, plus
+``eos``: the text is exactly ``x`` and the model emits a special (stop) token
+after the canonical encoding of ``x``. These conditionals are *exact*, so the
+chain rule ``log P(x) + log P(b | x) == log P(x b)`` holds to rounding; they may
+sum to a little less than one, the rest being the mass the model puts on
+non-canonical continuations (a token pair BPE would never produce). Samplers
+renormalize over what is left.
+
+Example (a fake model, so the numbers are arbitrary but deterministic):
+
+>>> from midword.engine.backend import FakeModel                     # doctest: +SKIP
+>>> engine = load_engine("models/default")                           # doctest: +SKIP
+>>> sampler = ByteSampler(FakeModel(engine.tok.size), engine)         # doctest: +SKIP
+>>> sampler.reset(b"def f")                                           # doctest: +SKIP
+>>> dist = sampler.next_bytes()                                       # doctest: +SKIP
+>>> round(float(np.exp(dist.next[ord("(")] )), 3)                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backend import BackendError, ScoringModel, ScoringSession
+from .vct import VCT, Engine, Tree
+
+__all__ = [
+    "ByteSampler",
+    "NextBytes",
+    "Transform",
+    "logsumexp",
+    "start_token",
+]
+
+NEG_INF = float("-inf")
+TRUNK_CHUNK = 64  # trunk tokens scored per call when the prefix probability is tracked
+
+
+def logsumexp(values: np.ndarray) -> float:
+    """log(sum(exp(values))) that is -inf for an empty or all -inf input.
+
+    >>> logsumexp(np.log(np.array([0.25, 0.25])))
+    -0.6931471805599453
+    """
+    if values.size == 0:
+        return NEG_INF
+    top = float(np.max(values))
+    if top == NEG_INF:
+        return NEG_INF
+    return top + float(np.log(np.sum(np.exp(values - top))))
+
+
+@dataclass(frozen=True)
+class Transform:
+    """Sampling transform of a distribution: temperature (0 = greedy), top-k, top-p.
+
+    >>> Transform().is_identity
+    True
+    >>> Transform(temperature=0).is_greedy
+    True
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def is_identity(self) -> bool:
+        return self.temperature == 1 and self.top_k == 0 and self.top_p == 1
+
+    def apply(self, logp: np.ndarray) -> np.ndarray:
+        """Transformed log-probs over the last axis, renormalized (greedy: one-hot argmax).
+
+        >>> Transform(top_k=1).apply(np.log(np.array([0.2, 0.8]))).tolist()
+        [-inf, 0.0]
+        """
+        if self.is_identity:
+            return logp
+        out = np.array(logp, dtype=np.float64)
+        if self.is_greedy:
+            best = np.argmax(out, axis=-1)
+            out = np.full_like(out, NEG_INF)
+            np.put_along_axis(out, best[..., None], 0.0, axis=-1)
+            return out
+        out = out / self.temperature
+        if self.top_k and self.top_k < out.shape[-1]:
+            kth = np.partition(out, -self.top_k, axis=-1)[..., -self.top_k, None]
+            out = np.where(out >= kth, out, NEG_INF)
+        out = _normalize(out)
+        if self.top_p < 1:
+            order = np.argsort(-out, axis=-1)
+            sorted_p = np.exp(np.take_along_axis(out, order, axis=-1))
+            before = np.cumsum(sorted_p, axis=-1) - sorted_p  # mass strictly above each entry
+            drop_sorted = before >= self.top_p
+            drop = np.zeros_like(drop_sorted)
+            np.put_along_axis(drop, order, drop_sorted, axis=-1)
+            out = _normalize(np.where(drop, NEG_INF, out))
+        return out
+
+
+def _normalize(logp: np.ndarray) -> np.ndarray:
+    top = np.max(logp, axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return logp - top - np.log(np.sum(np.exp(logp - top), axis=-1, keepdims=True))
+
+
+@dataclass
+class NextBytes:
+    """Exact next-byte distribution after a prefix (natural logs).
+
+    ``next[b]`` = log P(b | prefix) for the 256 byte values; ``eos`` = log
+    P(text ends here | prefix) (a special token follows the canonical encoding);
+    ``events`` = special token id -> its share of ``eos``; ``prefix_logprob`` =
+    log P(prefix) when the sampler tracks it (else None).
+    """
+
+    next: np.ndarray
+    eos: float
+    events: dict[int, float] = field(default_factory=dict)
+    prefix_logprob: float | None = None
+    inference_tokens: int = 0
+
+    def normalized(self) -> np.ndarray:
+        """float64 [257]: bytes then eos, renormalized to sum to one (what samplers draw from)."""
+        both = np.concatenate([self.next, [self.eos]])
+        total = logsumexp(both)
+        if total == NEG_INF:
+            raise BackendError("the model gives no mass to any continuation of this prefix")
+        return both - total
+
+
+@dataclass
+class _Scored:
+    tree: Tree
+    node_lp: np.ndarray  # [N] log P(node path | trunk)
+    rows: np.ndarray  # [N, V] next-token log-probs at each node (transformed if asked)
+    offsets: list[int]  # [N] bytes of the prefix after each node (0: the node ends at x)
+
+
+def start_token(model: ScoringModel, engine: Engine) -> int:
+    """The token every sequence is conditioned on: the model's BOS, else its EOS."""
+    for attr in ("bos_token_id", "eos_token_id"):
+        value = getattr(model, attr, None)
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    specials = engine.tok.special_ids
+    if specials:
+        return int(specials[0])
+    raise BackendError("the model has no BOS or EOS token to start a sequence with")
+
+
+class ByteSampler:
+    """A live VCT scored by a model: prefix probability, next bytes, leaves.
+
+    ``track_prefix=True`` keeps log P(trunk) up to date (needed for
+    ``prefix_logprob``; costs the trunk's log-probs, which the KV cache needs anyway).
+    """
+
+    def __init__(
+        self,
+        model: ScoringModel,
+        engine: Engine,
+        *,
+        track_prefix: bool = True,
+        start_id: int | None = None,
+    ) -> None:
+        tok = engine.tok
+        if model.vocab_size < tok.size:
+            raise BackendError(
+                f"model vocabulary ({model.vocab_size}) is smaller than the tokenizer's "
+                f"({tok.size}): they do not belong together"
+            )
+        self.model = model
+        self.engine = engine
+        self.tok = tok
+        self.track_prefix = track_prefix
+        self.start_id = start_token(model, engine) if start_id is None else start_id
+        self.session: ScoringSession = model.session(bos_id=self.start_id)
+        self.vct = VCT(engine)
+        self._lengths = np.array([len(b) if b is not None else 0 for b in tok.token_bytes])
+        self._bytes = _padded_bytes(tok.token_bytes)  # [V, max_len] uint8
+        self._special = np.array(
+            [i for i in tok.special_ids if i < model.vocab_size], dtype=np.int64
+        )
+        self._scored: list[int] = []  # trunk tokens whose log-probs are summed in _cum
+        self._cum: list[float] = [0.0]  # _cum[i] = log P(first i scored trunk tokens)
+        self._cache: tuple[int, Transform, _Scored] | None = None
+
+    # ---------------------------------------------------------------- the prefix
+    @property
+    def prefix(self) -> bytes:
+        return self.vct.prefix
+
+    def reset(self, prefix: bytes = b"") -> None:
+        """Condition on ``prefix`` (keeps the KV cache for the shared part)."""
+        common = _common_len(self.vct.prefix, prefix)
+        self.vct.truncate(common)
+        self.vct.push_bytes(prefix[common:])
+        self._cache = None
+
+    def push(self, data: bytes) -> None:
+        self.vct.push_bytes(data)
+        self._cache = None
+
+    # ---------------------------------------------------------------- scoring
+    def _score(self, transform: Transform = Transform()) -> _Scored:
+        key = len(self.vct.prefix)
+        if self._cache is not None and self._cache[0] == key and self._cache[1] == transform:
+            return self._cache[2]
+        tree = self.vct.tree()
+        paths = [n.path for n in tree.nodes]
+        if self.track_prefix:
+            rows = self._score_tracking(tree.trunk, paths)
+        else:
+            rows = self.session.logprobs(tree.trunk, paths)  # [N, V]
+        if not transform.is_identity:
+            rows = transform.apply(rows)
+        node_lp = np.zeros(len(paths))
+        index = {p: i for i, p in enumerate(paths)}
+        offsets = []
+        for i, path in enumerate(paths):
+            if path:
+                parent = index[path[:-1]]
+                node_lp[i] = node_lp[parent] + rows[parent, path[-1]]
+            offsets.append(tree.rest - int(self._lengths[list(path)].sum()) if path else tree.rest)
+        scored = _Scored(tree, node_lp, rows, offsets)
+        self._cache = (key, transform, scored)
+        return scored
+
+    def _score_tracking(self, trunk: list[int], paths: list[tuple[int, ...]]) -> np.ndarray:
+        """Node rows, and log P(trunk) brought up to date, in as few calls as possible."""
+        common = 0
+        limit = min(len(trunk), len(self._scored))
+        while common < limit and trunk[common] == self._scored[common]:
+            common += 1
+        del self._scored[common:]
+        del self._cum[common + 1 :]
+        while len(trunk) - len(self._scored) > TRUNK_CHUNK:  # long new trunk: chunks
+            chunk = trunk[len(self._scored) : len(self._scored) + TRUNK_CHUNK]
+            lp = self.session.logprobs(self._scored, [tuple(chunk[:j]) for j in range(len(chunk))])
+            self._extend(chunk, lp)
+        ext = tuple(trunk[len(self._scored) :])
+        asked = [ext[:j] for j in range(len(ext))] + [ext + p for p in paths]
+        lp = self.session.logprobs(self._scored, asked)
+        self._extend(list(ext), lp[: len(ext)])
+        return lp[len(ext) :]
+
+    def _extend(self, tokens: list[int], rows: np.ndarray) -> None:
+        for token, row in zip(tokens, rows, strict=True):
+            self._cum.append(self._cum[-1] + float(row[token]))
+            self._scored.append(token)
+
+    # ---------------------------------------------------------------- leaves
+    def leaves(
+        self, transform: Transform = Transform()
+    ) -> tuple[list[tuple[int, ...]], np.ndarray]:
+        """Every covering sequence (below the trunk) with its log-probability given the trunk.
+
+        Includes, as the path of a node that ends at the prefix, ``path + (special,)``
+        for the end-of-text events of the complete encoding.
+        """
+        sc = self._score(transform)
+        seqs: list[tuple[int, ...]] = []
+        weights: list[np.ndarray] = []
+        for i, node in enumerate(sc.tree.nodes):
+            leaves = node.leaves
+            seqs.extend(node.path + (int(t),) for t in leaves)
+            weights.append(sc.node_lp[i] + sc.rows[i, leaves])
+            if node.path == sc.tree.complete and self._special.size:
+                seqs.extend(node.path + (int(t),) for t in self._special)
+                weights.append(sc.node_lp[i] + sc.rows[i, self._special])
+        return seqs, np.concatenate(weights) if weights else np.zeros(0)
+
+    def prefix_logprob(self) -> float:
+        """log P(the model's text starts with the prefix)."""
+        if not self.track_prefix:
+            raise ValueError("this sampler does not track the prefix probability")
+        sc = self._score()
+        return self._cum[-1] + _log_mass(sc)
+
+    def next_bytes(self, transform: Transform = Transform()) -> NextBytes:
+        """The exact next-byte distribution (token-level ``transform`` applied to leaves)."""
+        sc = self._score(transform)
+        shift = _log_mass(sc)
+        buckets: list[np.ndarray] = []
+        values: list[np.ndarray] = []
+        events: dict[int, float] = {}
+        for i, node in enumerate(sc.tree.nodes):
+            leaves = node.leaves
+            if leaves.size:
+                buckets.append(self._bytes[leaves, sc.offsets[i]])
+                values.append(sc.node_lp[i] + sc.rows[i, leaves] - shift)
+            if node.path == sc.tree.complete and self._special.size:
+                lp = sc.node_lp[i] + sc.rows[i, self._special] - shift
+                events = {int(t): float(v) for t, v in zip(self._special, lp, strict=True)}
+        nxt = _bucket_logsumexp(
+            np.concatenate(buckets) if buckets else np.zeros(0, dtype=np.int64),
+            np.concatenate(values) if values else np.zeros(0),
+        )
+        eos = logsumexp(np.array(list(events.values()))) if events else NEG_INF
+        prefix_lp = self._cum[-1] + shift if self.track_prefix else None
+        return NextBytes(nxt, eos, events, prefix_lp, self.session.inference_tokens)
+
+
+def _log_mass(sc: _Scored) -> float:
+    """log of (sum of leaf path probabilities reaching past x + end-node path probabilities)."""
+    parts = []
+    for i, node in enumerate(sc.tree.nodes):
+        if sc.offsets[i] == 0:
+            parts.append(np.array([sc.node_lp[i]]))
+        elif node.leaves.size:
+            parts.append(sc.node_lp[i] + sc.rows[i, node.leaves])
+    return logsumexp(np.concatenate(parts)) if parts else NEG_INF
+
+
+def _bucket_logsumexp(buckets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """float64 [256]: logsumexp of ``values`` grouped by byte, -inf for empty groups."""
+    out = np.full(256, NEG_INF)
+    if values.size == 0:
+        return out
+    order = np.argsort(buckets, kind="stable")
+    buckets, values = buckets[order], values[order]
+    starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+    tops = np.maximum.reduceat(values, starts)
+    safe = np.where(np.isfinite(tops), tops, 0.0)
+    sums = np.add.reduceat(
+        np.exp(values - np.repeat(safe, np.diff(np.r_[starts, values.size]))), starts
+    )
+    with np.errstate(divide="ignore"):
+        out[buckets[starts]] = np.where(np.isfinite(tops), safe + np.log(sums), NEG_INF)
+    return out
+
+
+def _padded_bytes(token_bytes: Sequence[bytes | None]) -> np.ndarray:
+    """uint8 [V, max_len]: token bytes, zero-padded (read only where a token has the byte)."""
+    width = max(len(b) for b in token_bytes if b is not None)
+    out = np.zeros((len(token_bytes), width), dtype=np.uint8)
+    for i, b in enumerate(token_bytes):
+        if b:
+            out[i, : len(b)] = np.frombuffer(b, dtype=np.uint8)
+    return out
+
+
+def _common_len(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,47 @@
+"""Model options shared by the commands that run a model (next-bytes, complete, bench)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from midword.cli import CommandError
+
+DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default=str(DEFAULT_MODEL),
+        help="model directory or hub id from the local cache (default: the shipped model)",
+    )
+    parser.add_argument("--tokenizer", help="tokenizer.json (default: the model's own)")
+    parser.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cpu ...")
+    parser.add_argument(
+        "--dtype", default="auto", help="auto, float32, float16, bfloat16 or float64 (CPU)"
+    )
+
+
+def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(HFModel, Engine) from --model/--tokenizer/--device/--dtype; CommandError on failure."""
+    from midword.engine.backend import BackendError
+    from midword.engine.hf_backend import load_hf_model
+    from midword.engine.tokenizer import TokenizerError
+    from midword.engine.vct import load_engine
+
+    try:
+        engine = load_engine(args.tokenizer or args.model)
+    except (TokenizerError, OSError) as exc:
+        raise CommandError(f"cannot load the tokenizer: {exc}") from exc
+    try:
+        model = load_hf_model(args.model, device=args.device, dtype=args.dtype)
+    except (BackendError, ValueError) as exc:
+        raise CommandError(str(exc)) from exc
+    if model.vocab_size < engine.tok.size:
+        raise CommandError(
+            f"the model's vocabulary ({model.vocab_size}) is smaller than the tokenizer's "
+            f"({engine.tok.size}): they do not belong together"
+        )
+    return model, engine
