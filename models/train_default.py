@@ -33,7 +33,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import platform
 import shlex
 import sys
@@ -71,15 +70,15 @@ class Recipe:
     """Everything that determines the trained model (all of it goes into the model card)."""
 
     vocab_size: int = 4096
-    width: int = 256
+    width: int = 192
     layers: int = 4
-    heads: int = 4
-    ffn: int = 704
+    heads: int = 3
+    ffn: int = 512
     seq_len: int = 512
     batch_size: int = 8
     lr: float = 3e-3
     min_lr_ratio: float = 0.1
-    warmup_steps: int = 150
+    warmup_steps: int = 100
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -306,8 +305,8 @@ def doc_windows(ids: Sequence[int], seq_len: int) -> Iterator[tuple[list[int], l
     scored = 0
     start = 0
     while scored < n_targets:
-        inp = list(ids[start : start + seq_len])
         tgt = list(ids[start + 1 : start + seq_len + 1])
+        inp = list(ids[start : start + len(tgt)])
         yield inp, tgt, scored - start
         scored = start + len(tgt)
         start += stride
@@ -482,6 +481,11 @@ def train_step(model, opt, batch: torch.Tensor, lr: float, grad_clip: float) -> 
     return loss.detach().item()
 
 
+def steps_that_fit(step: int, per_step: float, seconds_left: float) -> int:
+    """Steps done plus those that fit in 97% of the time left at `per_step` seconds each."""
+    return max(step + 1, int(step + 0.97 * max(0.0, seconds_left) / per_step))
+
+
 def train(
     model,
     recipe: Recipe,
@@ -495,7 +499,8 @@ def train(
     """Train until the planned number of steps is done or `train_deadline` (monotonic) passes.
 
     Without ``recipe.steps`` the schedule length is planned after `calibrate_s` seconds from
-    the measured step time, and shortened later (never lengthened) if the machine slows down.
+    the average step time, and re-planned every 25 steps if the speed changes: in either
+    direction during the first half of the schedule, afterwards only to avoid overrunning.
     """
     opt = make_optimizer(model, recipe)
     model.train()
@@ -522,18 +527,14 @@ def train(
         loss_sum, loss_n, step = loss_sum + last_loss, loss_n + 1, step + 1
         now = time.monotonic()
         per_step = (now - t0) / step
-        if not fixed and (not planned_once and now - t0 >= calibrate_s):
-            total = max(step + 1, int(step + 0.97 * (train_deadline - now) / per_step))
-            planned_once = True
-            log(f"planned {total} steps ({per_step * 1000:.0f} ms/step measured over {step})")
-        elif not fixed and planned_once and step % 25 == 0:
-            recent = per_step  # whole-run average: robust to short hiccups
-            projected = now + (total - step) * recent
-            if projected > train_deadline + 0.02 * (train_deadline - t0):
-                new_total = max(step + 1, int(step + 0.97 * (train_deadline - now) / recent))
-                if new_total < total:
-                    log(f"running slower than planned: schedule {total} -> {new_total} steps")
-                    total, replanned = new_total, True
+        if not fixed and now - t0 >= calibrate_s and (not planned_once or step % 25 == 0):
+            fit = steps_that_fit(step, per_step, train_deadline - now)
+            if not planned_once:
+                total, planned_once = fit, True
+                log(f"planned {total} steps ({per_step * 1000:.0f} ms/step over {step} steps)")
+            elif (step < total // 2 and abs(fit - total) > 0.03 * total) or fit < 0.98 * total:
+                log(f"speed changed ({per_step * 1000:.0f} ms/step): schedule {total} -> {fit}")
+                total, replanned = fit, True
         if now - last_eval >= eval_every:
             bpb, nats, _ = evaluate(model, slice_windows, eval_batch(recipe))
             history.append(
@@ -605,7 +606,7 @@ def schedule_note(summary: dict) -> str:
     else:
         note = f"{t['planned_steps']:,} steps, planned from the measured speed to fit the budget"
         if t["replanned"]:
-            note += " (shortened during the run because the machine slowed down)"
+            note += " (re-planned during the run as the machine's speed changed)"
     if t["stopped_by_time"]:
         note += f"; stopped by the time budget after {t['steps']:,} steps"
     return note + f". `--steps {t['steps']}` repeats this run's step count without time planning."
@@ -836,7 +837,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     clock = Clock(args.minutes)
     recipe = recipe_from_args(args)
     torch.set_num_threads(args.threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
     corpus = load_corpus(stdlib_root(), args.max_files)
     log(

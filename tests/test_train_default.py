@@ -1,0 +1,244 @@
+"""Tests of models/train_default.py (a tiny run into a temporary directory) and of the shipped
+default model in models/default.
+
+The tiny run trains a 300-token tokenizer and a one-layer model on 20 stdlib files for a few
+seconds; it checks the directory structure, not the quality.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "models" / "train_default.py"
+DEFAULT_MODEL = ROOT / "models" / "default"
+EXPECTED_FILES = (
+    "config.json",
+    "model.safetensors",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "heldout_files.json",
+    "training_summary.json",
+    "README.md",
+)
+SAMPLE = 'def naïve_sum(xs: list[int]) -> int:\n    """Σ of xs."""\n\treturn sum(xs)  # 🐍\r\n'
+
+
+def load_script() -> ModuleType:
+    """models/train_default.py as a module (models/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("train_default", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("train_default", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def td() -> ModuleType:
+    return load_script()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(td: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """Run the training script's main() with a tiny budget; returns (out dir, argv)."""
+    import torch
+
+    out = tmp_path_factory.mktemp("tiny-default")
+    argv = [
+        "--out", str(out), "--minutes", "0.25", "--threads", str(torch.get_num_threads()),
+        "--max-files", "20", "--vocab", "300", "--width", "32", "--layers", "1",
+        "--heads", "2", "--ffn", "64", "--seq-len", "64", "--batch-size", "4",
+        "--warmup-steps", "5", "--calibrate", "2", "--log-every", "5", "--eval-every", "5",
+    ]  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        assert td.main(argv) == 0
+    return out, argv
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_help_exits_cleanly(td: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        td.build_parser().parse_args(["--help"])
+    assert exc.value.code == 0
+    assert "--minutes" in capsys.readouterr().out
+
+
+def test_heldout_rule_is_sha1_mod_50(td: ModuleType) -> None:
+    for rel in ("os.py", "asyncio/tasks.py", "json/__init__.py", "email/_parseaddr.py"):
+        expected = int(hashlib.sha1(rel.encode()).hexdigest(), 16) % 50 == 0
+        assert td.is_heldout(rel) is expected
+
+
+def test_candidates_exclude_tests_and_machine_files(td: ModuleType) -> None:
+    assert td.is_candidate("os.py")
+    assert td.is_candidate("asyncio/tasks.py")
+    for rel in (
+        "test/test_os.py",
+        "idlelib/idle_test/test_run.py",
+        "lib2to3/tests/test_parser.py",
+        "unittest/test/test_case.py",
+        "site-packages/pip/__init__.py",
+        "config-3.11-x86_64-linux-gnu/python-config.py",
+        "_sysconfigdata__linux_x86_64-linux-gnu.py",
+        "pydoc_data/topics.py",
+    ):
+        assert not td.is_candidate(rel), rel
+
+
+def test_doc_windows_score_every_token_once(td: ModuleType) -> None:
+    for n in (1, 2, 5, 16, 17, 40, 123):
+        ids = list(range(n + 1))
+        scored: list[int] = []
+        for inp, tgt, first in td.doc_windows(ids, 16):
+            assert len(inp) == len(tgt) <= 16
+            assert all(t == i + 1 for i, t in zip(inp, tgt, strict=True))
+            scored.extend(tgt[max(0, first) :])
+        assert scored == ids[1:], n
+
+
+def test_lr_schedule_warms_up_then_decays(td: ModuleType) -> None:
+    recipe = td.Recipe(lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    lrs = [td.lr_at(s, 200, recipe) for s in range(200)]
+    assert lrs[0] == pytest.approx(1e-4)
+    assert lrs[9] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:], strict=False))
+    assert lrs[-1] == pytest.approx(1e-4, rel=0.01)
+
+
+# --------------------------------------------------------------------------- tiny run
+
+
+def test_tiny_run_writes_model_directory(tiny_run: tuple[Path, list[str]]) -> None:
+    out, _ = tiny_run
+    missing = [f for f in EXPECTED_FILES if not (out / f).is_file()]
+    assert not missing
+
+
+def test_tiny_run_config_and_model_load(tiny_run: tuple[Path, list[str]]) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out, _ = tiny_run
+    config = AutoConfig.from_pretrained(out)
+    assert config.model_type == "llama"
+    assert config.tie_word_embeddings is True
+    assert config.vocab_size == 300
+    assert config.bos_token_id == config.eos_token_id == 0
+    model = AutoModelForCausalLM.from_pretrained(out)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[0, 5, 6, 7]])).logits
+    assert logits.shape == (1, 4, 300)
+    assert torch.isfinite(logits).all()
+
+
+def test_tiny_run_tokenizer_structure_and_round_trip(
+    td: ModuleType, tiny_run: tuple[Path, list[str]]
+) -> None:
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    out, _ = tiny_run
+    spec = json.loads((out / "tokenizer.json").read_text())
+    assert spec["model"]["type"] == "BPE"
+    assert spec["normalizer"] is None
+    assert spec["decoder"]["type"] == "ByteLevel"
+    split, byte_level = spec["pre_tokenizer"]["pretokenizers"]
+    assert spec["pre_tokenizer"]["type"] == "Sequence"
+    assert split["type"] == "Split" and split["behavior"] == "Isolated"
+    assert split["pattern"] == {"Regex": td.CL100K_PATTERN}
+    assert byte_level["type"] == "ByteLevel"
+    assert byte_level["add_prefix_space"] is False and byte_level["use_regex"] is False
+    assert [t["content"] for t in spec["added_tokens"]] == ["<|endoftext|>"]
+
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert tok.get_vocab_size() == 300
+    assert tok.token_to_id("<|endoftext|>") == 0
+    # All 256 byte symbols are in the vocabulary, so any text round-trips.
+    assert tok.decode(tok.encode(SAMPLE).ids) == SAMPLE
+    hf = AutoTokenizer.from_pretrained(out)
+    assert hf.eos_token_id == hf.bos_token_id == 0
+    assert hf.decode(hf(SAMPLE)["input_ids"]) == SAMPLE
+
+
+def test_tiny_run_heldout_is_disjoint_from_training(
+    td: ModuleType, tiny_run: tuple[Path, list[str]]
+) -> None:
+    out, _ = tiny_run
+    heldout = json.loads((out / "heldout_files.json").read_text())
+    summary = json.loads((out / "training_summary.json").read_text())
+    held, train = set(heldout["files"]), set(summary["data"]["train_files"])
+    assert held and train
+    assert not held & train
+    assert all(td.is_heldout(f) for f in held)
+    assert not any(td.is_heldout(f) for f in train)
+    assert heldout["python_version"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def test_tiny_run_model_card(tiny_run: tuple[Path, list[str]]) -> None:
+    out, argv = tiny_run
+    card = (out / "README.md").read_text()
+    summary = json.loads((out / "training_summary.json").read_text())
+    bpb = summary["results"]["heldout_bpb"]
+    assert 0 < bpb < 20
+    assert f"Held-out bits per byte: {bpb:.4f}" in card
+    assert "python models/train_default.py" in card and "--max-files 20" in card
+    assert summary["command"] in card
+    assert "## Next-character accuracy at mid-identifier cuts" in card
+    assert "(filled in by benchmarks/bench_default_model.py)" in card
+
+
+# --------------------------------------------------------------------------- shipped model
+
+
+needs_default = pytest.mark.skipif(
+    not (DEFAULT_MODEL / "config.json").is_file(), reason="models/default not trained yet"
+)
+
+
+@needs_default
+def test_default_model_directory() -> None:
+    missing = [f for f in EXPECTED_FILES if not (DEFAULT_MODEL / f).is_file()]
+    assert not missing
+    size = sum(p.stat().st_size for p in DEFAULT_MODEL.rglob("*") if p.is_file())
+    assert size <= 25_000_000
+    card = (DEFAULT_MODEL / "README.md").read_text()
+    assert re.search(r"Held-out bits per byte: \d+\.\d+", card)
+    assert "## Next-character accuracy at mid-identifier cuts" in card
+    heldout = json.loads((DEFAULT_MODEL / "heldout_files.json").read_text())
+    assert heldout["files"] and all(isinstance(f, str) for f in heldout["files"])
+
+
+@needs_default
+def test_default_model_loads_and_generates_python() -> None:
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    tok = Tokenizer.from_file(str(DEFAULT_MODEL / "tokenizer.json"))
+    model = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL)
+    model.eval()
+    assert model.config.model_type == "llama"
+    assert model.config.tie_word_embeddings is True
+    assert model.config.vocab_size == tok.get_vocab_size()
+    eot = tok.token_to_id("<|endoftext|>")
+    assert model.config.bos_token_id == model.config.eos_token_id == eot
+    prompt = "import os\n\n\ndef "
+    ids = torch.tensor([[eot, *tok.encode(prompt).ids]])
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=12, do_sample=False)
+    text = tok.decode(out[0, ids.shape[1] :].tolist())
+    assert text.strip(), "greedy continuation is empty"
+    # A trained model continues `def ` with an identifier, not with noise.
+    assert re.match(r"[A-Za-z_]", text), repr(text)
