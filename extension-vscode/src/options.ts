@@ -1,0 +1,177 @@
+/**
+ * Settings -> server options. Pure: no `vscode` import, so the defaults dump
+ * script (`out/dumpDefaultOptions.js`) and the unit tests can run it in plain
+ * Node.
+ *
+ * The server's option names are the exact JSON keys of `initializationOptions`
+ * (and of the `settings` object sent with `workspace/didChangeConfiguration`).
+ * The VS Code setting ids are the same names under the `midword.` prefix.
+ */
+
+/** Configuration section of every midword setting. */
+export const SECTION = 'midword';
+
+/** Settings that belong to the extension itself and are never sent to the server. */
+export const EXTENSION_SETTINGS = {
+  /** Show inline completions (no restart; the server keeps running). */
+  enable: 'enable',
+  /** Interpreter running the server (changing it restarts the server process). */
+  pythonPath: 'python.path',
+  /** LSP message trace, read by vscode-languageclient itself. */
+  traceServer: 'trace.server',
+} as const;
+
+export const DEVICES = ['auto', 'cpu', 'cuda', 'mps'] as const;
+export const DTYPES = ['auto', 'float32', 'float16', 'bfloat16', 'float64'] as const;
+export const METHODS = ['bytesampler', 'healing1', 'healing2', 'healing4', 'naive'] as const;
+export const MODES = ['pbp', 'bytes'] as const;
+export const MULTILINE = ['auto', 'always', 'never'] as const;
+export const LOG_LEVELS = ['error', 'warning', 'info', 'debug'] as const;
+
+export interface ServerOptions {
+  /** Model folder; "" = the default model shipped with midword. Reload. */
+  model: string;
+  /** Reload. */
+  device: (typeof DEVICES)[number];
+  /** Reload. */
+  dtype: (typeof DTYPES)[number];
+  method: (typeof METHODS)[number];
+  mode: (typeof MODES)[number];
+  /** >= 0; 0 = greedy. */
+  temperature: number;
+  /** 0 < topP <= 1. */
+  topP: number;
+  maxTokens: number;
+  timeBudgetMs: number;
+  multiline: (typeof MULTILINE)[number];
+  windowBytes: number;
+  logLevel: (typeof LOG_LEVELS)[number];
+  /** Items for an Invoked request. */
+  maxItems: number;
+}
+
+export type ServerOptionKey = keyof ServerOptions;
+
+/** Every server option, in the order they are sent. */
+export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
+  'model',
+  'device',
+  'dtype',
+  'method',
+  'mode',
+  'temperature',
+  'topP',
+  'maxTokens',
+  'timeBudgetMs',
+  'multiline',
+  'windowBytes',
+  'logLevel',
+  'maxItems',
+];
+
+/** Options whose change makes the server reload the model (the extension only forwards them). */
+export const RELOAD_OPTION_KEYS: readonly ServerOptionKey[] = ['model', 'device', 'dtype'];
+
+/**
+ * Fallback for a setting whose value is missing or invalid. Must equal the
+ * defaults declared in package.json (a unit test checks it).
+ */
+export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
+  model: '',
+  device: 'auto',
+  dtype: 'auto',
+  method: 'bytesampler',
+  mode: 'pbp',
+  temperature: 0,
+  topP: 1,
+  maxTokens: 48,
+  timeBudgetMs: 1500,
+  multiline: 'auto',
+  windowBytes: 4096,
+  logLevel: 'info',
+  maxItems: 3,
+});
+
+/** Reads one setting by its key relative to `midword.` (e.g. `topP`); `undefined` when unset. */
+export type SettingGetter = (key: string) => unknown;
+
+export interface BuildOptions {
+  /** Expands `~`, `${workspaceFolder}`, ... in the model path. Identity when absent. */
+  expandPath?: (value: string) => string;
+}
+
+export interface BuildResult {
+  options: ServerOptions;
+  /** One line per setting that was invalid and replaced by its default. */
+  problems: string[];
+}
+
+type Check<T> = (value: unknown) => value is T;
+
+function oneOf<const T extends readonly string[]>(choices: T): Check<T[number]> {
+  return (value: unknown): value is T[number] =>
+    typeof value === 'string' && (choices as readonly string[]).includes(value);
+}
+
+function numberIn(min: number, max: number, opts: { minExclusive?: boolean; integer?: boolean }): Check<number> {
+  return (value: unknown): value is number =>
+    typeof value === 'number' &&
+    Number.isFinite(value) &&
+    (opts.minExclusive === true ? value > min : value >= min) &&
+    value <= max &&
+    (opts.integer !== true || Number.isInteger(value));
+}
+
+const isString: Check<string> = (value: unknown): value is string => typeof value === 'string';
+
+const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expected: string } } = {
+  model: { check: isString, expected: 'a string' },
+  device: { check: oneOf(DEVICES), expected: DEVICES.join(' | ') },
+  dtype: { check: oneOf(DTYPES), expected: DTYPES.join(' | ') },
+  method: { check: oneOf(METHODS), expected: METHODS.join(' | ') },
+  mode: { check: oneOf(MODES), expected: MODES.join(' | ') },
+  temperature: { check: numberIn(0, Infinity, {}), expected: 'a number >= 0' },
+  topP: { check: numberIn(0, 1, { minExclusive: true }), expected: 'a number with 0 < topP <= 1' },
+  maxTokens: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
+  timeBudgetMs: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
+  multiline: { check: oneOf(MULTILINE), expected: MULTILINE.join(' | ') },
+  windowBytes: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
+  logLevel: { check: oneOf(LOG_LEVELS), expected: LOG_LEVELS.join(' | ') },
+  maxItems: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
+};
+
+function readOption<K extends ServerOptionKey>(key: K, get: SettingGetter, problems: string[]): ServerOptions[K] {
+  const raw = get(key);
+  const { check, expected } = CHECKS[key];
+  if (raw === undefined || raw === null) {
+    return FALLBACK_OPTIONS[key];
+  }
+  if (check(raw)) {
+    return raw;
+  }
+  problems.push(
+    `${SECTION}.${key} = ${JSON.stringify(raw)} is invalid (expected ${expected}); using ${JSON.stringify(FALLBACK_OPTIONS[key])}`,
+  );
+  return FALLBACK_OPTIONS[key];
+}
+
+/** The server options (and the problems found) for the given settings. */
+export function buildInitializationOptionsWithProblems(get: SettingGetter, build: BuildOptions = {}): BuildResult {
+  const problems: string[] = [];
+  const values: Partial<Record<ServerOptionKey, unknown>> = {};
+  for (const key of SERVER_OPTION_KEYS) {
+    values[key] = readOption(key, get, problems);
+  }
+  const options = values as ServerOptions;
+  const model = options.model.trim();
+  options.model = model !== '' && build.expandPath !== undefined ? build.expandPath(model) : model;
+  return { options, problems };
+}
+
+/**
+ * The `initializationOptions` sent to `python -m midword serve`, and the
+ * `settings` of every `workspace/didChangeConfiguration` after that.
+ */
+export function buildInitializationOptions(get: SettingGetter, build: BuildOptions = {}): ServerOptions {
+  return buildInitializationOptionsWithProblems(get, build).options;
+}

@@ -1,0 +1,138 @@
+/**
+ * The real vscode-languageclient (through src/languageClient.ts) against a
+ * fake server process, with a stubbed `vscode` module.
+ */
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+
+import type { ClientHooks, ServerClient } from '../controller';
+import { settingDefaults } from '../manifest';
+import { FALLBACK_OPTIONS, type ServerOptions } from '../options';
+import type { ProgressValue, ServerStatus } from '../statusModel';
+import { fakeServerPython, serverMessages, waitFor, type FakeServerFiles } from './helpers/fakeServerLauncher';
+import { FakeVscode } from './helpers/fakeVscode';
+import { readPackageJson, tempDir } from './helpers/paths';
+import { createVscodeModule, installVscodeModule, StubPosition, stubLogChannel, type VscodeModuleState } from './helpers/vscodeModule';
+
+const posix = process.platform !== 'win32';
+
+interface Recorded {
+  statuses: ServerStatus[];
+  progress: [string | number, ProgressValue][];
+  latencies: number[];
+  exits: string[];
+}
+
+describe('createLanguageClient with the real vscode-languageclient and a fake server', { skip: !posix && 'the fake interpreter is a shell script' }, () => {
+  let files: FakeServerFiles;
+  let state: VscodeModuleState;
+  let client: ServerClient;
+  let enabled = true;
+  let options: ServerOptions = { ...FALLBACK_OPTIONS, maxItems: 2 };
+  const recorded: Recorded = { statuses: [], progress: [], latencies: [], exits: [] };
+  const hooks: ClientHooks = {
+    isEnabled: () => enabled,
+    currentOptions: () => options,
+    onServerStatus: (status) => recorded.statuses.push(status),
+    onProgress: (token, value) => recorded.progress.push([token, value]),
+    onCompletionLatency: (ms) => recorded.latencies.push(ms),
+    onUnexpectedExit: (detail) => recorded.exits.push(detail),
+  };
+
+  before(async () => {
+    const dir = tempDir('midword-lc-');
+    files = fakeServerPython(dir);
+    const fake = new FakeVscode(settingDefaults(readPackageJson()), dir);
+    const stub = createVscodeModule(fake);
+    state = stub.state;
+    installVscodeModule(stub.module);
+    const { createLanguageClient } = await import('../languageClient.js');
+    client = createLanguageClient({ python: files.python, cwd: dir }, hooks, {
+      outputChannel: stubLogChannel() as never,
+    });
+    await client.start();
+  });
+
+  after(async () => {
+    await client.stop();
+  });
+
+  it('launches "<python> -m midword serve" and sends the options as initializationOptions', () => {
+    assert.equal(fs.readFileSync(files.args, 'utf8').trim(), '-m midword serve');
+    const initialize = serverMessages(files).find((message) => message.method === 'initialize');
+    assert.deepEqual(initialize?.params.initializationOptions, options);
+    const capabilities = initialize.params.capabilities as { window?: { workDoneProgress?: boolean } };
+    assert.equal(capabilities.window?.workDoneProgress, true);
+    assert.ok(client.isRunning);
+  });
+
+  it('routes the server-created $/progress to the status hooks, then midword/status', async () => {
+    await waitFor('midword/status ready', () => recorded.statuses.length > 0);
+    assert.deepEqual(recorded.progress, [
+      ['load-model', { kind: 'begin', title: 'Loading model', message: 'weights', percentage: 0 }],
+      ['load-model', { kind: 'report', message: 'weights', percentage: 50 }],
+      ['load-model', { kind: 'end', message: undefined }],
+    ]);
+    assert.deepEqual(recorded.statuses[0], { state: 'ready', model: 'fake-default', message: '', latencyMs: null });
+  });
+
+  it('answers a workspace/configuration pull for "midword" with the same options object', async () => {
+    await waitFor('configuration result', () => serverMessages(files).some((m) => m.method === 'workspace/configuration result'));
+    const pulled = serverMessages(files).find((m) => m.method === 'workspace/configuration result');
+    const result = pulled?.params.result as unknown[];
+    assert.deepEqual(result[0], options);
+  });
+
+  it('registers LSP inline completion (InlineCompletionItemFeature) for every file', () => {
+    assert.equal(state.inlineProviders.length, 1);
+    const selector = state.inlineProviders[0]?.selector as { scheme?: string; language?: string }[];
+    assert.deepEqual(
+      selector.map((filter) => [filter.scheme, filter.language]),
+      [
+        ['file', undefined],
+        ['untitled', undefined],
+        ['vscode-notebook-cell', undefined],
+      ],
+    );
+  });
+
+  it('inline completions: disabled -> null without asking the server; enabled -> the server items and a latency', async () => {
+    const provider = state.inlineProviders[0]?.provider;
+    assert.ok(provider?.provideInlineCompletionItems);
+    const document = { uri: { toString: () => 'file:///ws/a.py', scheme: 'file', fsPath: '/ws/a.py' }, languageId: 'python', version: 1 };
+    const position = new StubPosition(0, 20);
+    const context = { triggerKind: 1, selectedCompletionInfo: undefined };
+    const token = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose: () => undefined }) };
+
+    enabled = false;
+    const off = await provider.provideInlineCompletionItems(document, position, context, token);
+    assert.equal(off, null);
+    assert.equal(serverMessages(files).filter((m) => m.method === 'textDocument/inlineCompletion').length, 0);
+
+    enabled = true;
+    const on = (await provider.provideInlineCompletionItems(document, position, context, token)) as { items?: { insertText: unknown }[] } | { insertText: unknown }[];
+    const items = Array.isArray(on) ? on : (on.items ?? []);
+    assert.equal(items[0]?.insertText, 'ual(result, expected)');
+    const requests = serverMessages(files).filter((m) => m.method === 'textDocument/inlineCompletion');
+    assert.equal(requests.length, 1);
+    assert.deepEqual(requests[0]?.params.position, { line: 0, character: 20 });
+    assert.equal(recorded.latencies.length, 1);
+    await waitFor('status with latency', () => recorded.statuses.some((status) => status.latencyMs === 7));
+  });
+
+  it('sendConfiguration sends workspace/didChangeConfiguration with { settings: options }', async () => {
+    options = { ...options, temperature: 0.4, device: 'cpu' };
+    await client.sendConfiguration(options);
+    await waitFor('didChangeConfiguration', () => serverMessages(files).some((m) => m.method === 'workspace/didChangeConfiguration'));
+    const change = serverMessages(files).find((m) => m.method === 'workspace/didChangeConfiguration');
+    assert.deepEqual(change?.params, { settings: options });
+  });
+
+  it('a server crash after start is reported once through onUnexpectedExit', async () => {
+    await client.sendConfiguration({ ...options, maxTokens: 13 });
+    await waitFor('unexpected exit', () => recorded.exits.length > 0);
+    assert.equal(recorded.exits.length, 1);
+    await waitFor('client stopped', () => !client.isRunning);
+  });
+});
