@@ -1,7 +1,7 @@
 # One entry point for every task: `make help` lists them.
 PY ?= python3
 
-.PHONY: help install demo test test-fast lint fmt bench bench-engine tree
+.PHONY: help install demo test test-exact test-fast lint fmt bench-backend tree ext
 
 help:  ## list every task
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -11,11 +11,21 @@ install:  ## install midword (editable) with model, server and test extras, plus
 	$(PY) -m pip install -e ".[model,server,test]"
 	npm ci --no-audit --no-fund
 
-demo:  ## run the main job on the shipped default model
-	$(PY) -m midword demo
+DEMO_PREFIX = 'import sys\n\n\ndef main(argv):\n    parser = argparse.ArgumentPar'
+
+demo:  ## run the main job on the shipped default model: complete mid-word, exact vs naive
+	@echo "prefix ends mid-word: ...parser = argparse.ArgumentPar|"
+	@echo "ByteSampler (exact):"; printf $(DEMO_PREFIX) | $(PY) -m midword complete --json --max-tokens 12 -
+	@echo "naive (tokenize, then generate):"; printf $(DEMO_PREFIX) | $(PY) -m midword complete --json --max-tokens 12 --method naive -
 
 test:  ## run the whole test suite (what CI runs)
 	$(PY) -m pytest -q
+
+test-exact:  ## the long exactness run: 100 random prefixes per tokenizer against brute force
+	MIDWORD_EXACT_PREFIXES=100 $(PY) -m pytest -q tests/test_sampling.py
+
+ext:  ## VS Code extension: build, lint, unit tests, package (.vsix)
+	npm run ext:all
 
 test-fast:  ## skip the slow tests
 	$(PY) -m pytest -q -m "not slow"
@@ -27,5 +37,5 @@ fmt:  ## ruff format + fix imports
 	$(PY) -m ruff check --fix --select I .
 	$(PY) -m ruff format .
 
-bench-engine:  ## engine benchmarks (push cost, masks, load time, tree size)
-	$(PY) benchmarks/bench_engine.py
+bench-backend:  ## backend benchmark (tree scoring on a cached trunk vs plain decoding)
+	$(PY) benchmarks/bench_backend.py
