@@ -1,7 +1,7 @@
 # One entry point for every task: `make help` lists them.
 PY ?= python3
 
-.PHONY: help install demo test test-exact test-fast lint fmt bench-backend tree ext
+.PHONY: help install demo test test-exact test-fast lint fmt bench-engine bench-backend tree ext
 
 help:  ## list every task
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ lint:  ## ruff
 fmt:  ## ruff format + fix imports
 	$(PY) -m ruff check --fix --select I .
 	$(PY) -m ruff format .
+
+bench-engine:  ## engine figures: load time, push cost, masks, tree build time and size
+	$(PY) benchmarks/bench_engine.py
 
 bench-backend:  ## backend benchmark (tree scoring on a cached trunk vs plain decoding)
 	$(PY) benchmarks/bench_backend.py

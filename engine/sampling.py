@@ -367,8 +367,7 @@ def _padded_bytes(token_bytes: Sequence[bytes | None]) -> np.ndarray:
 
 
 def _common_len(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix (vectorized: the server calls it per keystroke)."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    diff = np.frombuffer(a, np.uint8, n) != np.frombuffer(b, np.uint8, n)
+    return int(np.argmax(diff)) if diff.any() else n

@@ -68,6 +68,7 @@ class BPETokenizer:
         added: Sequence[AddedToken],
         ignore_merges: bool,
         source: str,
+        digest: str = "",
     ) -> None:
         self.token_bytes = token_bytes
         self.size = len(token_bytes)
@@ -78,6 +79,7 @@ class BPETokenizer:
         self.normalize = normalize
         self.ignore_merges = ignore_merges
         self.source = source
+        self.digest = digest  # content hash of the tokenizer file: key of derived on-disk caches
         self.bytes_to_id: dict[bytes, int] = {
             b: i for i, b in enumerate(token_bytes) if b is not None
         }
@@ -93,7 +95,9 @@ class BPETokenizer:
             for i in np.flatnonzero((left >= 0) & self.reachable)
         }
         self._added_re = (
-            regex.compile("|".join(regex.escape(a) for a in sorted(self.added_text, key=len, reverse=True)))
+            regex.compile(
+                "|".join(regex.escape(a) for a in sorted(self.added_text, key=len, reverse=True))
+            )
             if self.added_text
             else None
         )
@@ -189,7 +193,8 @@ def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> B
         for a in spec.get("added_tokens") or []
     ]
     token_bytes = _token_bytes(model["vocab"], added)
-    cache = _cache_file(raw) if use_cache else None
+    digest = _digest(raw)
+    cache = cache_root() / f"bpe-{digest}.npz" if use_cache else None
     if cache is not None and cache.is_file():
         arrays = np.load(cache)
         left, right, rank = arrays["left"], arrays["right"], arrays["rank"]
@@ -210,6 +215,7 @@ def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> B
         added=added,
         ignore_merges=bool(model.get("ignore_merges", False)),
         source=str(file),
+        digest=digest if use_cache else "",
     )
 
 
@@ -384,9 +390,13 @@ def _parse_normalizer(spec: dict | None) -> Callable[[str], str] | None:
     raise TokenizerError(f"unsupported normalizer {kind!r}")
 
 
-def _cache_file(raw: bytes) -> Path | None:
+def cache_root() -> Path:
+    """Folder of derived tables ($MIDWORD_CACHE, else $XDG_CACHE_HOME/midword)."""
     root = os.environ.get("MIDWORD_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "midword"
     )
-    digest = hashlib.sha256(raw + CACHE_VERSION.encode()).hexdigest()[:24]
-    return Path(root) / f"bpe-{digest}.npz"
+    return Path(root)
+
+
+def _digest(raw: bytes) -> str:
+    return hashlib.sha256(raw + CACHE_VERSION.encode()).hexdigest()[:24]

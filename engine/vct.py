@@ -21,41 +21,22 @@ import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import regex
 
-from .tokenizer import BPETokenizer, load_tokenizer
+from .tokenizer import BPETokenizer, cache_root, load_tokenizer
 from .validity import Validity
 
+# fmt: off
 PROBES: tuple[str, ...] = (
-    "",
-    " ",
-    "a",
-    "A",
-    "0",
-    ".",
-    "\n",
-    "'",
-    "(",
-    "中",
-    "\t",
-    "_",
-    " a",
-    "é",
-    "\x00",
-    "s",
-    "t",
-    "m",
-    "d",
-    "re",
-    "ve",
-    "ll",  # contraction suffixes
+    "", " ", "a", "A", "0", ".", "\n", "'", "(", "中", "\t", "_", " a", "é", "\x00",
+    "s", "t", "m", "d", "re", "ve", "ll",  # contraction suffixes
 )
+# fmt: on
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
-MAX_PREFIX_BYTES = 1 << 20
-VCT_CACHE_VERSION = "1"  # a longer prefix is almost certainly a mistake; the editor uses windows
+MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
+VCT_CACHE_VERSION = "1"  # bump when the cached per-token tables change meaning
 
 
 class PrefixError(ValueError):
@@ -155,9 +136,7 @@ class Engine:
         added[list(tok.added_text.values())] = True
         # a pre-token may start with any reachable token, or be one whole ignore_merges token
         self.starts_ok = (tok.reachable | (tok.is_text & tok.ignore_merges)) & ~added
-        self.tail_ok = self._tail_ok()
-        self.whole_ok = self._whole_ok()
-        self.irregular = self._irregular()
+        self.tail_ok, self.whole_ok, self.irregular = self._token_tables()
         self.irregular_ids = np.flatnonzero(self.irregular & self.whole_ok).tolist()
         # non-special added tokens are matched before pre-tokenization: checked by encoding
         self.added_ids = sorted(tok.added_text.values())
@@ -197,14 +176,28 @@ class Engine:
         self.key_long = [key[-1] for key in keys]
         return out, reps
 
+    def _token_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tail_ok, whole_ok, irregular): per-token facts that take seconds to compute,
+        cached on disk beside the tokenizer's normal form (keyed by its content hash)."""
+        cache = (
+            cache_root() / f"vct-{self.tok.digest}-{VCT_CACHE_VERSION}.npz"
+            if self.tok.digest
+            else None
+        )
+        if cache is not None and cache.is_file():
+            with np.load(cache) as arrays:
+                return arrays["tail_ok"], arrays["whole_ok"], arrays["irregular"]
+        tables = self._tail_ok(), self._whole_ok(), self._irregular()
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(".tmp.npz")
+            np.savez(tmp, tail_ok=tables[0], whole_ok=tables[1], irregular=tables[2])
+            tmp.replace(cache)
+        return tables
+
     def _tail_ok(self) -> np.ndarray:
         """False for tokens that end inside a character when no text completing that
-        character keeps the token whole (BPE or the normalizer always rewrites it).
-        Computed by encoding every completion and probe once per tokenizer, then cached
-        on disk beside the tokenizer's normal form."""
-        cache = _engine_cache(self.tok, "tail_ok")
-        if cache is not None and cache.is_file():
-            return np.load(cache)
+        character keeps the token whole (BPE or the normalizer always rewrites it)."""
         ok = np.ones(self.tok.size, dtype=bool)
         for i, b in enumerate(self.tok.token_bytes):
             if b is None or 0x80 <= b[0] < 0xC0:
@@ -212,11 +205,6 @@ class Engine:
             text, partial = _split_lenient(b)
             if partial:
                 ok[i] = self._survives(i, text, partial)
-        if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp.npy")
-            np.save(tmp, ok)
-            tmp.replace(cache)
         return ok
 
     def _survives(self, token: int, text: str, partial: bytes) -> bool:
@@ -268,22 +256,6 @@ class Engine:
         return lo, hi
 
 
-def _engine_cache(tok: BPETokenizer, what: str) -> Path | None:
-    """Where a per-tokenizer table is cached (None when caching is off)."""
-    from .tokenizer import CACHE_VERSION, _cache_file
-
-    try:
-        raw = Path(tok.source).read_bytes()
-    except OSError:
-        return None
-    base = _cache_file(raw + f"vct-{VCT_CACHE_VERSION}-{what}".encode() + CACHE_VERSION.encode())
-    return (
-        base.with_name(base.name.replace("bpe-", f"vct-{what}-")).with_suffix(".npy")
-        if base
-        else None
-    )
-
-
 def _no_cut_inside(spans: list[tuple[int, int]], length: int) -> bool:
     return not any(0 < end < length for _, end in spans)
 
@@ -324,15 +296,6 @@ def _split_lenient(data: bytes) -> tuple[str, bytes]:
     except UnicodeDecodeError:
         return "", b""
     return text, dec.getstate()[0]
-
-
-def _utf8_prefix_ok(data: bytes) -> bool:
-    dec = codecs.getincrementaldecoder("utf-8")()
-    try:
-        dec.decode(data, final=False)
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 @lru_cache(maxsize=256)

