@@ -15,7 +15,7 @@ byte mode samples one byte at a time from the exact next-byte distribution.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +27,15 @@ from .vct import Engine, split_utf8
 METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
 MODES = ("pbp", "bytes")
 
-__all__ = ["METHODS", "MODES", "Completer", "Completion", "Settings"]
+__all__ = ["METHODS", "MODES", "Completer", "Completion", "Interrupted", "Settings"]
+
+# Hooks for interactive callers (the language server):
+StopCheck = Callable[[], bool]  # True: abandon this completion now (raises Interrupted)
+Cut = Callable[[str], "int | None"]  # text so far -> where it must end (scope rules), or None
+
+
+class Interrupted(Exception):
+    """``complete`` was told to stop (cancelled, or superseded by a newer request)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ class Completion:
     leaf_logprob: float | None
     tokens: int
     seconds: float
-    stop_reason: str  # "eos", "stop", "max_tokens" or "max_bytes"
+    stop_reason: str  # "eos", "stop", "cut", "time", "max_tokens" or "max_bytes"
 
     def to_json(self) -> dict:
         """The public ``midword complete --json`` object."""
@@ -102,12 +110,30 @@ def _pick(logp: np.ndarray, greedy: bool, rng: np.random.Generator) -> int:
 
 
 class _Output:
-    """Accumulates completion bytes; applies stop strings and budgets."""
+    """Accumulates completion bytes; applies stop strings, the cut hook and budgets."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        should_stop: StopCheck | None = None,
+        cut: Cut | None = None,
+        deadline: float | None = None,
+    ) -> None:
         self.settings = settings
         self.data = bytearray()
         self.reason = ""
+        self.should_stop = should_stop
+        self.cut = cut
+        self.deadline = deadline
+
+    def before_step(self) -> bool:
+        """Called before each model call: raises Interrupted, or True when time is up."""
+        if self.should_stop is not None and self.should_stop():
+            raise Interrupted("completion interrupted")
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            self.reason = "time"
+            return True
+        return False
 
     def add(self, data: bytes) -> bool:
         """Append; True when generation must stop."""
@@ -117,6 +143,11 @@ class _Output:
         if cuts:
             self.data = bytearray(text[: min(cuts)].encode())
             self.reason = "stop"
+            return True
+        end = self.cut(text) if self.cut is not None else None
+        if end is not None:
+            self.data = bytearray(text[:end].encode())
+            self.reason = "cut"
             return True
         if len(self.data) >= self.settings.byte_budget and self.settings.mode == "bytes":
             self.reason = "max_bytes"
@@ -144,16 +175,31 @@ class Completer:
             i for i in range(self.tok.size, model.vocab_size)
         }
 
-    def complete(self, prefix: bytes, settings: Settings = Settings()) -> Completion:
-        """Complete ``prefix``; raises PrefixError for bad input, BackendError for model errors."""
+    def complete(
+        self,
+        prefix: bytes,
+        settings: Settings = Settings(),
+        *,
+        should_stop: StopCheck | None = None,
+        cut: Cut | None = None,
+        deadline: float | None = None,
+    ) -> Completion:
+        """Complete ``prefix``; raises PrefixError for bad input, BackendError for model errors.
+
+        Interactive hooks: ``should_stop`` is polled before every model call (True raises
+        `Interrupted`); ``cut(text)`` returns where the text must end (stop reason "cut");
+        at ``deadline`` (a ``time.perf_counter()`` value) the text so far is returned
+        (stop reason "time").
+        """
         started = time.perf_counter()
         rng = np.random.default_rng(settings.seed)
+        out = _Output(settings, should_stop, cut, deadline)
         if settings.method == "bytesampler" and settings.mode == "bytes":
-            return self._bytes_mode(prefix, settings, rng, started)
+            return self._bytes_mode(prefix, settings, rng, started, out)
         if settings.method == "bytesampler":
-            return self._pbp(prefix, settings, rng, started)
+            return self._pbp(prefix, settings, rng, started, out)
         backtrack = 0 if settings.method == "naive" else int(settings.method[len("healing") :])
-        return self._healing(prefix, backtrack, settings, rng, started)
+        return self._healing(prefix, backtrack, settings, rng, started, out)
 
     def complete_many(
         self, prefixes: Sequence[bytes], settings: Settings = Settings()
@@ -163,9 +209,10 @@ class Completer:
 
     # ------------------------------------------------------------------ PBP
     def _pbp(
-        self, prefix: bytes, s: Settings, rng: np.random.Generator, started: float
+        self, prefix: bytes, s: Settings, rng: np.random.Generator, started: float, out: _Output
     ) -> Completion:
         self.sampler.reset(prefix)
+        out.before_step()  # the tree may take a while: honour a cancel before scoring it
         greedy = s.transform.is_greedy  # greedy: the single most likely leaf
         seqs, weights = self.sampler.leaves(Transform() if greedy else s.transform)
         if not seqs:
@@ -174,7 +221,6 @@ class Completer:
         leaf_lp = float(weights[k] - logsumexp(weights))
         tree = self.sampler.vct.tree()
         seq = seqs[k]
-        out = _Output(s)
         if seq[-1] in self._special:
             out.reason = "eos"
             return out.result(leaf_lp, 1, started)
@@ -189,6 +235,8 @@ class Completer:
         """Plain token-level sampling after ``context``; returns the number of tokens made."""
         made = 0
         while made < budget:
+            if out.before_step():
+                return made
             row = s.transform.apply(self.session.logprobs(context, [()])[0])
             t = _pick(row, s.transform.is_greedy, rng)
             made += 1
@@ -203,14 +251,13 @@ class Completer:
 
     # ------------------------------------------------------------------ bytes
     def _bytes_mode(
-        self, prefix: bytes, s: Settings, rng: np.random.Generator, started: float
+        self, prefix: bytes, s: Settings, rng: np.random.Generator, started: float, out: _Output
     ) -> Completion:
         self.sampler.reset(prefix)
-        out = _Output(s)
         plain = s.level == "byte" or s.transform.is_greedy  # greedy: the likeliest byte
         token_level = Transform() if plain else s.transform
         made = 0
-        while True:
+        while not out.before_step():
             dist = self.sampler.next_bytes(token_level).normalized()  # [257]
             if s.level == "byte" and not s.transform.is_greedy:
                 dist = s.transform.apply(dist)
@@ -226,7 +273,13 @@ class Completer:
 
     # ------------------------------------------------------------------ baselines
     def _healing(
-        self, prefix: bytes, k: int, s: Settings, rng: np.random.Generator, started: float
+        self,
+        prefix: bytes,
+        k: int,
+        s: Settings,
+        rng: np.random.Generator,
+        started: float,
+        out: _Output,
     ) -> Completion:
         """Token healing with ``k`` tokens backed off (k=0: naive). The removed bytes are a
         hard constraint: generated tokens must agree with them until they are consumed."""
@@ -234,10 +287,11 @@ class Completer:
         ids = self.tok.encode(text)
         base = ids[: max(0, len(ids) - k)]
         need = prefix[len(self.tok.decode(base)) :]
-        out = _Output(s)
         context = list(base)
         made = 0
         while need and made < s.max_tokens:
+            if out.before_step():
+                return out.result(None, made, started)
             row = self.session.logprobs(context, [()])[0]
             allowed = self._compatible(need)
             masked = np.full_like(row, float("-inf"))

@@ -218,8 +218,12 @@ class ByteSampler:
 
     def reset(self, prefix: bytes = b"") -> None:
         """Condition on ``prefix`` (keeps the KV cache for the shared part)."""
-        common = _common_len(self.vct.prefix, prefix)
-        self.vct.truncate(common)
+        current = self.vct.prefix
+        if current == prefix:
+            return  # nothing changed: keep the tree and its scores
+        common = _common_len(current, prefix)
+        if common < len(current):
+            self.vct.truncate(common)
         self.vct.push_bytes(prefix[common:])
         self._cache = None
 

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tree": ("midword.cmd_tree", "print the Valid Covering Tree of a byte prefix"),
     "next-bytes": ("midword.cmd_next_bytes", "print the exact next-byte distribution"),
     "complete": ("midword.cmd_complete", "complete a prefix (ByteSampler or a baseline)"),
+    "serve": ("midword.cmd_serve", "run the language server (LSP over stdio or TCP)"),
 }
 
 

@@ -1,0 +1,242 @@
+"""Server state and behaviour, free of LSP types: documents, options, completions.
+
+The pygls handlers in ``server.py`` only convert types and delegate here, so
+this module is tested without a transport, and the transport tests cover the
+protocol. Everything that touches the model goes through `ModelHost` (worker
+thread); coroutines here await it without blocking the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from midword.engine.generate import Interrupted, Settings
+
+from .document import Cursor, Document, Range
+from .options import ServerOptions, needs_reload, parse_options
+from .positions import from_index
+from .scope import Scope, identifier_split, indent_unit, scope_for
+from .worker import Answer, ModelHost, Request, Status
+
+__all__ = ["Controller", "EditItem", "InlineItem"]
+
+log = logging.getLogger("midword.server")
+
+INVOKED_TEMPERATURE = 0.8  # extra items of an Invoked request are samples at least this warm
+INDENT_SAMPLE_LINES = 200
+
+
+@dataclass(frozen=True)
+class InlineItem:
+    """Text to insert at the cursor (line, character in the negotiated encoding)."""
+
+    text: str
+    line: int
+    character: int
+
+
+@dataclass(frozen=True)
+class EditItem:
+    """A completion-list item: replace [start, cursor) on ``line`` with ``new_text``."""
+
+    label: str
+    new_text: str
+    line: int
+    start: int
+    end: int
+    detail: str
+
+
+class Controller:
+    """Documents, options and the model host of one server."""
+
+    def __init__(
+        self,
+        on_status: Callable[[Status], None] = lambda s: None,
+        on_progress: Callable[[str, int], None] = lambda m, p: None,
+        on_problem: Callable[[str], None] = lambda m: None,
+    ) -> None:
+        self.documents: dict[str, Document] = {}
+        self.options = ServerOptions()
+        self.encoding = "utf-16"
+        self.on_problem = on_problem
+        self.host = ModelHost(on_status=on_status, on_progress=on_progress)
+        self._ids = itertools.count(1)
+
+    # ------------------------------------------------------------------ options
+    def configure(self, raw: object, *, initial: bool = False) -> list[str]:
+        """Apply options; reloads the model when a reload option changed (or at start)."""
+        new, problems = parse_options(raw, None if initial else self.options)
+        for problem in problems:
+            log.warning("%s", problem)
+            self.on_problem(problem)
+        old, self.options = self.options, new
+        _set_log_level(new.log_level)
+        if initial or needs_reload(old, new):
+            self.host.load(new)
+        return problems
+
+    # ------------------------------------------------------------------ documents
+    def open(self, uri: str, text: str, version: int, language_id: str = "") -> None:
+        self.documents[uri] = Document(uri, text, version, language_id)
+
+    def change(self, uri: str, version: int, changes: list[tuple[Range | None, str]]) -> None:
+        doc = self.documents.get(uri)
+        if doc is None:
+            log.warning("didChange for a document that is not open: %s", uri)
+            return
+        for rng, text in changes:
+            if rng is None:
+                doc.replace_all(text, version)
+            else:
+                doc.apply_change(rng, text, self.encoding)
+        doc.version = version
+        if doc.last_edit is not None and self.host.ready:
+            self.host.sync(uri, doc.prefix_window(doc.last_edit, self.options.window_bytes))
+
+    def close(self, uri: str) -> None:
+        self.documents.pop(uri, None)
+        self.host.close(uri)
+
+    # ------------------------------------------------------------------ completions
+    async def inline(self, uri: str, line: int, character: int, invoked: bool) -> list[InlineItem]:
+        """Inline completions at a position: one item (Automatic) or up to maxItems (Invoked)."""
+        doc = self.documents.get(uri)
+        if doc is None:
+            log.warning("inline completion for a document that is not open: %s", uri)
+            return []
+        cursor = doc.cursor(line, character, self.encoding)
+        scope = self._scope(doc, cursor, self.options.multiline)
+        items = self.options.max_items if invoked else 1
+        answer = await self._run(doc, cursor, scope, items)
+        pos_line, pos_char = doc.position(cursor, self.encoding)
+        return [InlineItem(text, pos_line, pos_char) for text in answer.texts]
+
+    async def completion_list(self, uri: str, line: int, character: int) -> list[EditItem]:
+        """Completion-list fallback: the completed identifier, then the rest of the line."""
+        doc = self.documents.get(uri)
+        if doc is None:
+            return []
+        cursor = doc.cursor(line, character, self.encoding)
+        scope = self._scope(doc, cursor, "never")
+        answer = await self._run(doc, cursor, scope, 1)
+        if not answer.texts:
+            return []
+        return _edit_items(doc, cursor, answer.texts[0], self.encoding)
+
+    def _scope(self, doc: Document, cursor: Cursor, policy: str) -> Scope:
+        engine = self.host.engine
+        # Special and added tokens' text must never be inserted, even spelled out in bytes.
+        specials = tuple(a.content for a in engine.tok.added) if engine is not None else ()
+        return scope_for(doc.line_prefix(cursor), doc.line_suffix(cursor), policy, specials)
+
+    async def _run(self, doc: Document, cursor: Cursor, scope: Scope, items: int) -> Answer:
+        request_id = f"c{next(self._ids)}"
+        if not self.host.ready:
+            log.debug("%s: no completion (%s)", request_id, self.host.status.message)
+            return Answer(reason=self.host.status.message)
+        started = time.perf_counter()
+        version, cancelled = doc.version, threading.Event()
+        request = Request(
+            uri=doc.uri,
+            prefix=doc.prefix_window(cursor, self.options.window_bytes),
+            scope=scope,
+            indent_unit=_indent_unit(doc, cursor),
+            settings=self._item_settings(items),
+            max_items=items,
+            deadline=started + self.options.time_budget_ms / 1000.0,
+            is_current=lambda: not cancelled.is_set() and doc.version == version,
+            request_id=request_id,
+        )
+        future = self.host.submit(request)
+        try:
+            answer = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            cancelled.set()  # the worker stops at its next decode step
+            future.cancel()
+            log.debug("%s: cancelled by the client", request_id)
+            raise
+        except Interrupted:
+            log.debug("%s: superseded by document version %s", request_id, doc.version)
+            return Answer(reason="superseded")
+        _log_answer(request_id, answer, time.perf_counter() - started)
+        self.host.status = replace(
+            self.host.status, latency_ms=(time.perf_counter() - started) * 1e3
+        )
+        self.host.on_status(self.host.status)
+        return answer
+
+    def _item_settings(self, items: int) -> list[Settings]:
+        o = self.options
+        first = Settings(
+            method=o.method,
+            mode=o.mode,
+            max_tokens=o.max_tokens,
+            temperature=o.temperature,
+            top_p=o.top_p,
+            seed=0,
+        )
+        if items == 1:
+            return [first]
+        warm = max(o.temperature, INVOKED_TEMPERATURE)
+        return [first] + [
+            replace(first, temperature=warm, seed=seed) for seed in range(1, 2 * items + 1)
+        ]
+
+    async def live_state(self, uri: str) -> dict | None:
+        return await asyncio.wrap_future(self.host.live_state(uri))
+
+    def shutdown(self) -> None:
+        self.host.shutdown()
+
+
+def _indent_unit(doc: Document, cursor: Cursor) -> str:
+    first = max(0, cursor.line - INDENT_SAMPLE_LINES)
+    return indent_unit([doc.body(i) for i in range(first, cursor.line + 1)])
+
+
+def _edit_items(doc: Document, cursor: Cursor, text: str, encoding: str) -> list[EditItem]:
+    body = doc.body(cursor.line)
+    partial, continuation = identifier_split(doc.line_prefix(cursor), text)
+    start = from_index(body, cursor.index - len(partial), encoding)
+    end = from_index(body, cursor.index, encoding)
+    items: list[EditItem] = []
+    if continuation:
+        word = partial + continuation
+        items.append(EditItem(word, word, cursor.line, start, end, "midword: identifier"))
+    line_text = partial + text
+    if line_text.strip() and all(item.new_text != line_text for item in items):
+        items.append(EditItem(line_text, line_text, cursor.line, start, end, "midword: line"))
+    return items
+
+
+def _log_answer(request_id: str, answer: Answer, seconds: float) -> None:
+    leaf = f"{answer.leaf_prob:.4g}" if answer.leaf_prob is not None else "n/a"
+    log.debug(
+        "%s: %d item(s) in %.1f ms (vct sync %.1f, model %.1f, post %.2f); leaf p=%s; "
+        "tokens %d (tree %d)%s",
+        request_id,
+        len(answer.texts),
+        seconds * 1000,
+        answer.sync_ms,
+        answer.model_ms,
+        answer.post_ms,
+        leaf,
+        answer.tokens,
+        answer.tree_tokens,
+        f"; {answer.reason}" if answer.reason and not answer.texts else "",
+    )
+
+
+def _set_log_level(level: str) -> None:
+    logging.getLogger("midword").setLevel(
+        {"error": logging.ERROR, "warning": logging.WARNING, "debug": logging.DEBUG}.get(
+            level, logging.INFO
+        )
+    )

@@ -1,0 +1,127 @@
+"""The server's options: ``initializationOptions`` and ``workspace/didChangeConfiguration``.
+
+The JSON keys are the VS Code setting names without the ``midword.`` prefix
+(extension-vscode/src/options.ts builds exactly this object). A missing key
+takes its default; an invalid value takes its default and produces a problem
+line that the server shows to the user.
+
+>>> opts, problems = parse_options({"temperature": 0.5, "topP": 2})
+>>> opts.temperature, opts.top_p
+(0.5, 1.0)
+>>> problems
+['midword.topP = 2 is invalid (expected a number with 0 < topP <= 1); using 1.0']
+>>> needs_reload(opts, parse_options({"model": "/m"})[0])
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["RELOAD_FIELDS", "ServerOptions", "needs_reload", "parse_options"]
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "float16", "bfloat16", "float64")
+METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
+MODES = ("pbp", "bytes")
+MULTILINE = ("auto", "always", "never")
+LOG_LEVELS = ("error", "warning", "info", "debug")
+RELOAD_FIELDS = ("model", "device", "dtype")  # a change to these reloads the model
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Typed options with their defaults (the same as the extension's package.json)."""
+
+    model: str = ""  # "" = the default model shipped with midword
+    device: str = "auto"
+    dtype: str = "auto"
+    method: str = "bytesampler"
+    mode: str = "pbp"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 48
+    time_budget_ms: int = 1500
+    multiline: str = "auto"
+    window_bytes: int = 4096
+    log_level: str = "info"
+    max_items: int = 3
+
+
+Check = Callable[[Any], bool]
+
+
+def _one_of(choices: tuple[str, ...]) -> tuple[Check, str]:
+    return (lambda v: isinstance(v, str) and v in choices), " | ".join(choices)
+
+
+def _number(low: float, *, exclusive: bool = False, high: float = math.inf) -> Check:
+    def check(v: Any) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return False
+        return (v > low if exclusive else v >= low) and v <= high
+
+    return check
+
+
+def _integer(low: int) -> Check:
+    return lambda v: _number(low)(v) and float(v).is_integer()
+
+
+# field -> (JSON key, check, what is expected)
+_SPEC: dict[str, tuple[str, Check, str]] = {
+    "model": ("model", lambda v: isinstance(v, str), "a string"),
+    "device": ("device", *_one_of(DEVICES)),
+    "dtype": ("dtype", *_one_of(DTYPES)),
+    "method": ("method", *_one_of(METHODS)),
+    "mode": ("mode", *_one_of(MODES)),
+    "temperature": ("temperature", _number(0), "a number >= 0"),
+    "top_p": ("topP", _number(0, exclusive=True, high=1), "a number with 0 < topP <= 1"),
+    "max_tokens": ("maxTokens", _integer(1), "an integer >= 1"),
+    "time_budget_ms": ("timeBudgetMs", _integer(1), "an integer >= 1"),
+    "multiline": ("multiline", *_one_of(MULTILINE)),
+    "window_bytes": ("windowBytes", _integer(64), "an integer >= 64"),
+    "log_level": ("logLevel", *_one_of(LOG_LEVELS)),
+    "max_items": ("maxItems", _integer(1), "an integer >= 1"),
+}
+
+
+def _unwrap(raw: Any) -> Mapping[str, Any]:
+    """The options object; also accepts ``{"midword": {...}}`` (settings sent by section)."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("midword"), Mapping):
+        return raw["midword"]
+    return raw if isinstance(raw, Mapping) else {}
+
+
+def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOptions, list[str]]:
+    """Options from a JSON object; keys it lacks keep ``base`` (default: the defaults)."""
+    base = base or ServerOptions()
+    data = _unwrap(raw)
+    problems: list[str] = []
+    if raw is not None and not isinstance(raw, Mapping):
+        problems.append(f"midword options must be a JSON object, got {json.dumps(raw)[:80]}")
+    values: dict[str, Any] = {}
+    for f in fields(ServerOptions):
+        key, check, expected = _SPEC[f.name]
+        if key not in data or data[key] is None:
+            values[f.name] = getattr(base, f.name)
+        elif check(data[key]):
+            kind = type(getattr(ServerOptions(), f.name))
+            values[f.name] = kind(data[key])
+        else:
+            default = getattr(ServerOptions(), f.name)
+            problems.append(
+                f"midword.{key} = {json.dumps(data[key])} is invalid "
+                f"(expected {expected}); using {json.dumps(default)}"
+            )
+            values[f.name] = default
+    return ServerOptions(**values), problems
+
+
+def needs_reload(old: ServerOptions, new: ServerOptions) -> bool:
+    """True when the change needs the model to be loaded again."""
+    return any(getattr(old, name) != getattr(new, name) for name in RELOAD_FIELDS)

@@ -1,0 +1,199 @@
+"""What a completion may span, and the clean-up before it reaches the editor.
+
+Rules (the complaints users have about completion tools, handled on purpose):
+
+* mid-line (text before the cursor on its line, or text after it): one line;
+* on an empty line, or at the end of a line that opens a block (``:``, ``{``,
+  ``(``, ``[``, ``=>``): a multi-line block that stops at a dedent below the
+  block, after more than one blank line in a row, or at ``max_lines``;
+* never repeat what already follows the cursor on the line;
+* lines after the first use the document's indentation (tabs or spaces);
+* no special-token text (``<|endoftext|>`` and the like) ever appears.
+
+>>> scope = scope_for("    x = foo(", ")", "auto")
+>>> scope.multiline
+False
+>>> finalize("a, b)", scope, "    ")
+'a, b'
+>>> block = scope_for("def f(x):", "", "auto")
+>>> text = "\\n    return x\\n\\ndef g():\\n"
+>>> text[: block.cut(text)]
+'\\n    return x'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Scope", "finalize", "identifier_split", "indent_unit", "scope_for"]
+
+OPENERS = (":", "{", "(", "[", "=>")
+CLOSERS = ("}", ")", "]")
+_IDENT_TAIL = re.compile(r"[\w$]*$")  # the partial identifier before the cursor
+_IDENT_HEAD = re.compile(r"^[\w$]*")
+_LEADING_WS = re.compile(r"^[ \t]*")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """How far a completion may go from one cursor."""
+
+    multiline: bool
+    min_indent: int = 0  # a later line indented less than this ends a block
+    closer_indent: int = -1  # a closing bracket at this indent ends the block (included)
+    suffix: str = ""  # the text after the cursor on its line
+    max_lines: int = 16
+    max_blank: int = 1
+    specials: tuple[str, ...] = field(default_factory=tuple)
+
+    def cut(self, text: str) -> int | None:
+        """Where ``text`` (the completion so far) must end, or None to go on."""
+        end = _special_cut(text, self.specials)
+        if not self.multiline:
+            newline = text.find("\n")
+            found = [i for i in (end, newline if newline >= 0 else None) if i is not None]
+            return min(found) if found else None
+        block = self._block_cut(text if end is None else text[:end])
+        return block if block is not None else end
+
+    def _block_cut(self, text: str) -> int | None:
+        lines = text.split("\n")
+        offset = len(lines[0])  # index of the "\n" that ends line 0
+        blank_run_start: int | None = None
+        blanks = 0
+        for number, line in enumerate(lines[1:], start=1):
+            complete = number < len(lines) - 1
+            if not line.strip():
+                if complete:
+                    blanks += 1
+                    blank_run_start = offset if blanks == 1 else blank_run_start
+                    if blanks > self.max_blank:
+                        return blank_run_start
+                offset += 1 + len(line)
+                continue
+            indent = len(_LEADING_WS.match(line).group())
+            if indent == len(line) and not complete:
+                break  # the indentation of this line is not known yet
+            if (
+                self.closer_indent >= 0
+                and indent == self.closer_indent
+                and (line.lstrip().startswith(CLOSERS))
+            ):
+                return offset + 1 + len(line) if complete else None
+            if indent < self.min_indent:
+                return blank_run_start if blanks else offset
+            if number >= self.max_lines:
+                return offset
+            blanks, blank_run_start = 0, None
+            offset += 1 + len(line)
+        return None
+
+
+def scope_for(
+    line_prefix: str, line_suffix: str, policy: str, specials: Sequence[str] = ()
+) -> Scope:
+    """The scope at a cursor; ``policy`` is "auto", "always" or "never"."""
+    specials = tuple(s for s in specials if s)
+    indent = len(_LEADING_WS.match(line_prefix).group())
+    stripped = line_prefix.strip()
+    opens = stripped.endswith(OPENERS)
+    blank_after = not line_suffix.strip()
+    multiline = blank_after and (
+        policy == "always" or (policy == "auto" and (not stripped or opens))
+    )
+    if not multiline:
+        return Scope(False, suffix=line_suffix, specials=specials)
+    if opens:
+        return Scope(True, indent + 1, indent, line_suffix, specials=specials)
+    return Scope(True, indent, -1, line_suffix, specials=specials)
+
+
+def _special_cut(text: str, specials: Sequence[str]) -> int | None:
+    found = [i for i in (text.find(s) for s in specials) if i >= 0]
+    return min(found) if found else None
+
+
+def finalize(text: str, scope: Scope, unit: str) -> str:
+    """The text to insert: cut to the scope, no repeated suffix, document indentation."""
+    end = scope.cut(text)
+    if end is not None:
+        text = text[:end]
+    text = _trim_suffix_overlap(text, scope.suffix)
+    if scope.multiline:
+        text = _reindent(text.rstrip(), unit)
+    return text
+
+
+def _trim_suffix_overlap(text: str, suffix: str) -> str:
+    """Drop the part of the first line that the text after the cursor already has."""
+    wanted = suffix.strip()
+    if not wanted:
+        return text
+    first, newline, rest = text.partition("\n")
+    if first.rstrip().endswith(wanted):
+        first = first.rstrip()[: -len(wanted)]
+    elif wanted in first:
+        first = first[: first.index(wanted)]
+    else:
+        return text
+    return first if not newline else first + newline + rest
+
+
+def indent_unit(lines: Sequence[str]) -> str:
+    """The document's indentation unit: a tab, or the usual step between space indents.
+
+    >>> indent_unit(["def f():", "\\tpass"])
+    '\\t'
+    >>> indent_unit(["if x:", "  y", "  if z:", "    w"])
+    '  '
+    """
+    tabs = spaces = 0
+    steps: dict[int, int] = {}
+    previous = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        lead = _LEADING_WS.match(line).group()
+        if lead.startswith("\t"):
+            tabs += 1
+        elif lead:
+            spaces += 1
+        width = len(lead.expandtabs(4))
+        if width > previous:
+            steps[width - previous] = steps.get(width - previous, 0) + 1
+        previous = width
+    if tabs > spaces:
+        return "\t"
+    if not steps:
+        return "    "
+    return " " * max(steps, key=lambda step: (steps[step], -step))
+
+
+def _reindent(text: str, unit: str) -> str:
+    """Lines after the first use ``unit``'s character for their leading whitespace."""
+    lines = text.split("\n")
+    width = 4 if unit == "\t" else len(unit)
+    for i in range(1, len(lines)):
+        lead = _LEADING_WS.match(lines[i]).group()
+        if unit == "\t" and " " in lead:
+            columns = len(lead.expandtabs(width))
+            new = "\t" * (columns // width) + " " * (columns % width)
+        elif unit != "\t" and "\t" in lead:
+            new = lead.expandtabs(width)
+        else:
+            continue
+        lines[i] = new + lines[i][len(lead) :]
+    return "\n".join(lines)
+
+
+def identifier_split(line_prefix: str, completion: str) -> tuple[str, str]:
+    """(partial identifier before the cursor, its continuation at the start of the completion).
+
+    >>> identifier_split("    self.assertEq", "ual(x, 1)")
+    ('assertEq', 'ual')
+    """
+    partial = _IDENT_TAIL.search(line_prefix).group()
+    continuation = _IDENT_HEAD.match(completion).group()
+    return partial, continuation

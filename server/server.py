@@ -1,0 +1,284 @@
+"""The pygls language server: thin handlers that convert LSP types and delegate.
+
+Features: ``textDocument/inlineCompletion`` (LSP 3.18), ``textDocument/completion``
+(for clients without inline completion), incremental text sync, configuration
+through ``initializationOptions`` and ``workspace/didChangeConfiguration``,
+model-load progress through ``$/progress`` and a ``midword/status``
+notification ``{state, model, message, latencyMs}``, and a ``midword/inspect``
+request that returns a document's live VCT (for tests and debugging).
+
+All behaviour lives in `Controller` (controller.py); the model runs on the
+worker thread of `ModelHost` (worker.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Generator
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from midword import __version__
+
+from .controller import Controller, EditItem, InlineItem
+from .document import Range
+from .logs import ClientLogHandler
+from .worker import Status
+
+__all__ = ["STATUS_NOTIFICATION", "MidwordServer", "build_server"]
+
+STATUS_NOTIFICATION = "midword/status"
+INSPECT_REQUEST = "midword/inspect"
+_ENCODINGS = {
+    types.PositionEncodingKind.Utf8: "utf-8",
+    types.PositionEncodingKind.Utf16: "utf-16",
+    types.PositionEncodingKind.Utf32: "utf-32",
+}
+log = logging.getLogger("midword.server")
+
+
+class MidwordProtocol(LanguageServerProtocol):
+    """pygls' protocol, with two changes.
+
+    * UTF-8 positions whenever the client offers them (they match the engine's bytes).
+    * Documents are kept only by the controller: pygls' own copy would re-split a
+      whole document on every keystroke and double the memory of large files.
+    """
+
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, Any]:
+        general = params.capabilities.general
+        offered = general.position_encodings if general is not None else None
+        if offered and types.PositionEncodingKind.Utf8 in offered:
+            general.position_encodings = [types.PositionEncodingKind.Utf8]
+        return (yield from super().lsp_initialize(params))
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: Any) -> Generator[Any, Any, None]:
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: Any) -> Generator[Any, Any, None]:
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: Any) -> Generator[Any, Any, None]:
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CLOSE, params)
+
+    def _user_handler(self, method: str, params: Any) -> Generator[Any, Any, None]:
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+
+class MidwordServer(LanguageServer):
+    """A LanguageServer that owns a `Controller` and relays its events to the client."""
+
+    def __init__(self) -> None:
+        super().__init__("midword", __version__, protocol_cls=MidwordProtocol)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pending_options: Any = None
+        self.progress = _LoadProgress(self)
+        self.client_log = ClientLogHandler(self._log_to_client)
+        self.controller = Controller(
+            on_status=self._status_from_any_thread,
+            on_progress=self._progress_from_any_thread,
+            on_problem=self._show_warning,
+        )
+
+    def _call_soon(self, fn: Any, *args: Any) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def _status_from_any_thread(self, status: Status) -> None:
+        self._call_soon(self.protocol.notify, STATUS_NOTIFICATION, status.to_json())
+
+    def _progress_from_any_thread(self, message: str, percentage: int) -> None:
+        self._call_soon(self.progress.update, message, percentage)
+
+    def _log_to_client(self, level: int, message: str) -> None:
+        kind = (
+            types.MessageType.Error
+            if level >= logging.ERROR
+            else types.MessageType.Warning
+            if level >= logging.WARNING
+            else types.MessageType.Info
+            if level >= logging.INFO
+            else types.MessageType.Log
+        )
+        params = types.LogMessageParams(type=kind, message=message)
+        self._call_soon(self.window_log_message, params)
+
+    def _show_warning(self, message: str) -> None:
+        params = types.ShowMessageParams(type=types.MessageType.Warning, message=message)
+        self._call_soon(self.window_show_message, params)
+
+
+class _LoadProgress:
+    """``$/progress`` for model loads (only when the client supports server-created tokens)."""
+
+    def __init__(self, server: MidwordServer) -> None:
+        self.server = server
+        self.token: str | None = None
+        self.begun = False
+        self.last = ("", 0)
+
+    def update(self, message: str, percentage: int) -> None:
+        caps = self.server.client_capabilities.window
+        if caps is None or not caps.work_done_progress:
+            return
+        self.last = (message, percentage)
+        if percentage >= 100:
+            self._end()
+        elif self.token is None:
+            self.token = f"midword-load-{uuid.uuid4().hex[:8]}"
+            self.server.work_done_progress.create(self.token, callback=lambda *a: self._begin())
+        elif self.begun:
+            value = types.WorkDoneProgressReport(message=message, percentage=percentage)
+            self.server.work_done_progress.report(self.token, value)
+
+    def _begin(self) -> None:
+        if self.token is None or self.begun:
+            return
+        self.begun = True
+        message, percentage = self.last
+        value = types.WorkDoneProgressBegin(
+            title="midword: loading the model", message=message, percentage=percentage
+        )
+        self.server.work_done_progress.begin(self.token, value)
+        if percentage >= 100:
+            self._end()
+
+    def _end(self) -> None:
+        if self.token is not None and self.begun:
+            self.server.work_done_progress.end(self.token, types.WorkDoneProgressEnd())
+            self.token, self.begun = None, False
+
+
+def build_server() -> MidwordServer:
+    """A fresh server with every feature registered."""
+    server = MidwordServer()
+    _register_lifecycle(server)
+    _register_sync(server)
+    _register_completion(server)
+    return server
+
+
+def _register_lifecycle(server: MidwordServer) -> None:
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: MidwordServer, params: types.InitializeParams) -> None:
+        ls.loop = asyncio.get_running_loop()
+        midword_log = logging.getLogger("midword")
+        if ls.client_log not in midword_log.handlers:
+            midword_log.addHandler(ls.client_log)
+        ls.controller.encoding = _ENCODINGS.get(ls.workspace.position_encoding, "utf-16")
+        ls.pending_options = params.initialization_options
+
+    @server.feature(types.INITIALIZED)
+    def initialized(ls: MidwordServer, params: types.InitializedParams) -> None:
+        ls.controller.configure(ls.pending_options, initial=True)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(
+        ls: MidwordServer, params: types.DidChangeConfigurationParams
+    ) -> None:
+        if params.settings is not None:
+            ls.controller.configure(params.settings)
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: MidwordServer, params: Any) -> None:
+        ls.controller.shutdown()
+        logging.getLogger("midword").removeHandler(ls.client_log)
+
+    @server.feature(INSPECT_REQUEST)
+    async def inspect(ls: MidwordServer, params: Any) -> dict | None:
+        uri = _uri_of(params)
+        doc = ls.controller.documents.get(uri) if uri else None
+        state = await ls.controller.live_state(uri) if uri else None
+        if state is not None and doc is not None:
+            state["version"] = doc.version
+        return state
+
+
+def _register_sync(server: MidwordServer) -> None:
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: MidwordServer, params: types.DidOpenTextDocumentParams) -> None:
+        doc = params.text_document
+        ls.controller.open(doc.uri, doc.text, doc.version, doc.language_id)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: MidwordServer, params: types.DidChangeTextDocumentParams) -> None:
+        changes: list[tuple[Range | None, str]] = []
+        for change in params.content_changes:
+            rng = getattr(change, "range", None)
+            changes.append((_range(rng) if rng is not None else None, change.text))
+        ls.controller.change(params.text_document.uri, params.text_document.version, changes)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: MidwordServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.controller.close(params.text_document.uri)
+
+
+def _register_completion(server: MidwordServer) -> None:
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(
+        ls: MidwordServer, params: types.InlineCompletionParams
+    ) -> types.InlineCompletionList:
+        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        pos = params.position
+        items = await ls.controller.inline(
+            params.text_document.uri, pos.line, pos.character, invoked
+        )
+        return types.InlineCompletionList(items=[_inline_item(i) for i in items])
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
+    async def completion(ls: MidwordServer, params: types.CompletionParams) -> types.CompletionList:
+        pos = params.position
+        items = await ls.controller.completion_list(
+            params.text_document.uri, pos.line, pos.character
+        )
+        return types.CompletionList(
+            is_incomplete=True, items=[_edit_item(i, n) for n, i in enumerate(items)]
+        )
+
+
+def _range(rng: types.Range) -> Range:
+    return Range(rng.start.line, rng.start.character, rng.end.line, rng.end.character)
+
+
+def _inline_item(item: InlineItem) -> types.InlineCompletionItem:
+    at = types.Position(line=item.line, character=item.character)
+    return types.InlineCompletionItem(insert_text=item.text, range=types.Range(start=at, end=at))
+
+
+def _edit_item(item: EditItem, rank: int) -> types.CompletionItem:
+    edit = types.TextEdit(
+        range=types.Range(
+            start=types.Position(line=item.line, character=item.start),
+            end=types.Position(line=item.line, character=item.end),
+        ),
+        new_text=item.new_text,
+    )
+    return types.CompletionItem(
+        label=item.label,
+        kind=types.CompletionItemKind.Text,
+        detail=item.detail,
+        text_edit=edit,
+        filter_text=item.label,
+        sort_text=f"{rank:04d}",
+        preselect=rank == 0,
+    )
+
+
+def _uri_of(params: Any) -> str | None:
+    """``params.textDocument.uri`` of a custom request (an object or a dict)."""
+    doc = getattr(params, "textDocument", None) or getattr(params, "text_document", None)
+    if doc is None and isinstance(params, dict):
+        doc = params.get("textDocument")
+    uri = getattr(doc, "uri", None) if not isinstance(doc, dict) else doc.get("uri")
+    return uri if isinstance(uri, str) else None

@@ -1,0 +1,320 @@
+"""The model side of the server: one model, one worker thread, a live VCT per document.
+
+The event loop never touches the model. `ModelHost` runs every model call on a
+single worker thread (requests are serialized, so one model serves every
+document), loads models on a separate loader thread (so ``initialize`` is
+answered at once and completions answer empty while loading), and keeps one
+`Completer` per open document: its ByteSampler holds the document's live VCT
+and its session the KV cache of the document's prompt window.
+
+Example (a fake model, no torch needed)::
+
+    host = ModelHost(on_status=print)
+    host.use(FakeModel(engine.tok.size), engine, "fake")
+    answer = host.submit(Request(...)).result()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from midword.engine.backend import BackendError
+from midword.engine.generate import Completer, Interrupted, Settings
+from midword.engine.vct import Engine, PrefixError
+
+from .options import ServerOptions
+from .scope import Scope, finalize
+
+__all__ = ["Answer", "ModelHost", "Request", "Status", "default_model_dir"]
+
+log = logging.getLogger("midword.server")
+
+MAX_LIVE_DOCUMENTS = 8  # documents that keep a live VCT and KV cache (least recent dropped)
+WARMUP_PREFIX = b'def main():\n    print("hello")\n'
+
+
+def default_model_dir() -> Path:
+    """The model shipped with midword (``models/default`` in the repository)."""
+    return Path(__file__).resolve().parent.parent / "models" / "default"
+
+
+@dataclass
+class Status:
+    """What the client shows: ``state`` is "loading", "ready" or "error"."""
+
+    state: str
+    model: str
+    message: str = ""
+    latency_ms: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"state": self.state, "model": self.model, "message": self.message}
+        if self.latency_ms is not None:
+            out["latencyMs"] = round(self.latency_ms, 1)
+        return out
+
+
+@dataclass
+class Request:
+    """One completion job: the window prefix, its scope, and one Settings per item tried."""
+
+    uri: str
+    prefix: bytes
+    scope: Scope
+    indent_unit: str
+    settings: list[Settings]
+    max_items: int
+    deadline: float  # time.perf_counter() value
+    is_current: Callable[[], bool] = lambda: True  # False: cancelled or superseded
+    request_id: str = ""
+
+
+@dataclass
+class Answer:
+    """Distinct completion texts, and where the time went."""
+
+    texts: list[str] = field(default_factory=list)
+    reason: str = ""  # why there is no text, when there is none
+    sync_ms: float = 0.0  # VCT update and tree build
+    model_ms: float = 0.0
+    post_ms: float = 0.0
+    leaf_prob: float | None = None
+    tree_tokens: int = 0  # tokens the model evaluated to score the tree (new trunk + tail)
+    tokens: int = 0  # all tokens the model evaluated for this request
+
+
+ProgressFn = Callable[[str, int], None]  # (message, percentage)
+
+
+class ModelHost:
+    """Owns the model: loading, the worker thread, per-document completers."""
+
+    def __init__(
+        self,
+        on_status: Callable[[Status], None] = lambda s: None,
+        on_progress: ProgressFn = lambda m, p: None,
+    ) -> None:
+        self.on_status = on_status
+        self.on_progress = on_progress
+        self.status = Status("loading", "", "no model loaded yet")
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="midword-model")
+        self._model: Any = None
+        self._engine: Engine | None = None
+        self._completers: OrderedDict[str, Completer] = OrderedDict()
+        self._pending_sync: dict[str, bytes] = {}
+        self._lock = threading.Lock()  # guards _pending_sync and the load generation
+        self._generation = 0
+
+    # ------------------------------------------------------------------ status
+    @property
+    def ready(self) -> bool:
+        return self.status.state == "ready"
+
+    @property
+    def engine(self) -> Engine | None:
+        return self._engine
+
+    def _set_status(self, status: Status) -> None:
+        self.status = status
+        self.on_status(status)
+
+    # ------------------------------------------------------------------ loading
+    def load(self, options: ServerOptions) -> threading.Thread:
+        """Load the configured model on a background thread; the server stays responsive."""
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+        name = options.model or str(default_model_dir())
+        self._set_status(Status("loading", _short(name), "loading the model"))
+        thread = threading.Thread(
+            target=self._load, args=(options, name, generation), name="midword-load", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _load(self, options: ServerOptions, name: str, generation: int) -> None:
+        started = time.perf_counter()
+        try:
+            model, engine = self._load_parts(options, name)
+        except Exception as exc:  # any failure leaves the server up, answering empty
+            log.error("model load failed: %s", exc)
+            if generation == self._generation:
+                self._set_status(Status("error", _short(name), f"model load failed: {exc}"))
+            self.on_progress("", 100)
+            return
+        if generation != self._generation:
+            return  # a newer load was asked for meanwhile
+        self._worker.submit(self.use, model, engine, _short(name)).result()
+        log.info("model %s ready in %.1f s", name, time.perf_counter() - started)
+        self.on_progress("", 100)
+
+    def _load_parts(self, options: ServerOptions, name: str) -> tuple[Any, Engine]:
+        from midword.engine.hf_backend import load_hf_model
+        from midword.engine.tokenizer import load_tokenizer
+
+        self.on_progress("reading the tokenizer", 5)
+        engine = Engine(load_tokenizer(name))
+        self.on_progress("building the covering-tree tables", 20)
+        _warm_engine(engine)
+        self.on_progress("loading the model weights", 50)
+        _quiet_transformers()
+        model = load_hf_model(name, device=options.device, dtype=options.dtype)
+        if model.vocab_size < engine.tok.size:
+            raise BackendError(
+                f"the model's vocabulary ({model.vocab_size}) is smaller than the "
+                f"tokenizer's ({engine.tok.size})"
+            )
+        self.on_progress("warming up", 90)
+        Completer(model, engine).complete(WARMUP_PREFIX, Settings(max_tokens=2))
+        return model, engine
+
+    def use(self, model: Any, engine: Engine, name: str) -> None:
+        """Switch to a loaded model (runs on the worker thread, between requests)."""
+        self._model, self._engine = model, engine
+        self._completers.clear()
+        self._set_status(Status("ready", name, "ready"))
+
+    # ------------------------------------------------------------------ documents
+    def sync(self, uri: str, prefix: bytes) -> None:
+        """Bring the document's live VCT to ``prefix`` soon (coalesced: the latest wins)."""
+        with self._lock:
+            scheduled = uri in self._pending_sync
+            self._pending_sync[uri] = prefix
+        if not scheduled:
+            self._worker.submit(self._sync_pending, uri)
+
+    def _sync_pending(self, uri: str) -> None:
+        with self._lock:
+            prefix = self._pending_sync.pop(uri, None)
+        if prefix is None or not self.ready:
+            return
+        try:
+            self._completer(uri).sampler.reset(prefix)
+        except PrefixError as exc:
+            log.debug("sync of %s skipped: %s", uri, exc)
+
+    def close(self, uri: str) -> Future[None]:
+        """Free the document's VCT and KV cache."""
+        return self._worker.submit(self._completers.pop, uri, None)
+
+    def _completer(self, uri: str) -> Completer:
+        completer = self._completers.get(uri)
+        if completer is None:
+            completer = Completer(self._model, self._engine)
+            self._completers[uri] = completer
+            while len(self._completers) > MAX_LIVE_DOCUMENTS:
+                self._completers.popitem(last=False)
+        self._completers.move_to_end(uri)
+        return completer
+
+    def live_state(self, uri: str) -> Future[dict[str, Any] | None]:
+        """The document's live VCT: prefix and tree (for tests and debugging)."""
+
+        def read() -> dict[str, Any] | None:
+            completer = self._completers.get(uri)
+            if completer is None:
+                return None
+            vct = completer.sampler.vct
+            tree = json.loads(json.dumps(vct.tree().to_json(), default=int))  # numpy ints
+            return {"prefix": vct.prefix.hex(), "tree": tree}
+
+        return self._worker.submit(read)
+
+    # ------------------------------------------------------------------ completions
+    def submit(self, request: Request) -> Future[Answer]:
+        return self._worker.submit(self._complete, request)
+
+    def _complete(self, req: Request) -> Answer:
+        if not self.ready:
+            return Answer(reason=self.status.message)
+        if not req.is_current():
+            raise Interrupted("superseded before it started")
+        started = time.perf_counter()
+        completer = self._completer(req.uri)
+        with self._lock:
+            self._pending_sync.pop(req.uri, None)  # this request syncs the VCT itself
+        try:
+            completer.sampler.reset(req.prefix)
+            completer.sampler.vct.tree()
+        except PrefixError as exc:
+            return Answer(reason=f"cannot complete here: {exc}")
+        answer = Answer(sync_ms=_ms(started))
+        tokens_before = completer.session.inference_tokens
+        if req.settings[0].method == "bytesampler":
+            completer.sampler.leaves()  # scores the tree once; every item reuses the rows
+        answer.tree_tokens = completer.session.inference_tokens - tokens_before
+        self._sample_items(completer, req, answer)
+        answer.tokens = completer.session.inference_tokens - tokens_before
+        answer.model_ms = _ms(started) - answer.sync_ms - answer.post_ms
+        return answer
+
+    def _sample_items(self, completer: Completer, req: Request, answer: Answer) -> None:
+        for settings in req.settings:
+            if len(answer.texts) >= req.max_items or time.perf_counter() >= req.deadline:
+                break
+            try:
+                result = completer.complete(
+                    req.prefix,
+                    settings,
+                    should_stop=lambda: not req.is_current(),
+                    cut=req.scope.cut,
+                    deadline=req.deadline,
+                )
+            except BackendError as exc:
+                log.warning("completion failed: %s", exc)
+                answer.reason = str(exc)
+                return
+            post = time.perf_counter()
+            text = finalize(result.text, req.scope, req.indent_unit)
+            answer.post_ms += _ms(post)
+            if answer.leaf_prob is None and result.leaf_logprob is not None:
+                answer.leaf_prob = float(_exp(result.leaf_logprob))
+            if text and text not in answer.texts:
+                answer.texts.append(text)
+        if not answer.texts and not answer.reason:
+            answer.reason = "the model suggests nothing here"
+
+    def shutdown(self) -> None:
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+
+def _warm_engine(engine: Engine) -> None:
+    """Build the engine's per-token tables now (cached on disk) rather than on first use."""
+    from midword.engine.vct import build_tree
+
+    build_tree(engine, WARMUP_PREFIX)
+
+
+def _quiet_transformers() -> None:
+    """No progress bars or advisory warnings from transformers (stderr noise in the log)."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
+def _short(name: str) -> str:
+    path = Path(name)
+    return path.name if path.name and path.exists() else name
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000.0
+
+
+def _exp(logprob: float) -> float:
+    import math
+
+    return math.exp(logprob)
