@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from midword.engine.generate import Interrupted, Settings
 
@@ -192,8 +194,28 @@ class Controller:
     async def live_state(self, uri: str) -> dict | None:
         return await asyncio.wrap_future(self.host.live_state(uri))
 
+    async def stats(self) -> dict[str, Any]:
+        """Open documents, live VCTs and the process's memory (for tests and debugging)."""
+        live = await asyncio.wrap_future(self.host.live_documents())
+        return {
+            "documents": len(self.documents),
+            "documentBytes": sum(doc.size_bytes() for doc in self.documents.values()),
+            "liveDocuments": live,
+            "rssBytes": _rss_bytes(),
+            "state": self.host.status.state,
+        }
+
     def shutdown(self) -> None:
         self.host.shutdown()
+
+
+def _rss_bytes() -> int:
+    """Resident memory of this process (Linux /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _indent_unit(doc: Document, cursor: Cursor) -> str:

@@ -35,6 +35,7 @@ __all__ = ["STATUS_NOTIFICATION", "MidwordServer", "build_server"]
 
 STATUS_NOTIFICATION = "midword/status"
 INSPECT_REQUEST = "midword/inspect"
+STATS_REQUEST = "midword/stats"
 _ENCODINGS = {
     types.PositionEncodingKind.Utf8: "utf-8",
     types.PositionEncodingKind.Utf16: "utf-16",
@@ -203,6 +204,10 @@ def _register_lifecycle(server: MidwordServer) -> None:
         if state is not None and doc is not None:
             state["version"] = doc.version
         return state
+
+    @server.feature(STATS_REQUEST)
+    async def stats(ls: MidwordServer, params: Any) -> dict:
+        return await ls.controller.stats()
 
 
 def _register_sync(server: MidwordServer) -> None:

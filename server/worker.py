@@ -216,6 +216,10 @@ class ModelHost:
         self._completers.move_to_end(uri)
         return completer
 
+    def live_documents(self) -> Future[int]:
+        """How many documents hold a live VCT and KV cache."""
+        return self._worker.submit(len, self._completers)
+
     def live_state(self, uri: str) -> Future[dict[str, Any] | None]:
         """The document's live VCT: prefix and tree (for tests and debugging)."""
 
