@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tree": ("midword.cmd_tree", "print the Valid Covering Tree of a byte prefix"),
     "next-bytes": ("midword.cmd_next_bytes", "print the exact next-byte distribution"),
     "complete": ("midword.cmd_complete", "complete a prefix (ByteSampler or a baseline)"),
+    "bench": ("midword.bench.command", "headless benchmarks: humaneval, charlm, overhead"),
     "serve": ("midword.cmd_serve", "run the language server (LSP over stdio or TCP)"),
 }
 
@@ -25,7 +26,9 @@ class CommandError(Exception):
     """An error to report as one line on stderr with a non-zero exit."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only`` set, just that command's module is imported (fast start:
+    ``midword serve`` must answer ``initialize`` quickly)."""
     parser = argparse.ArgumentParser(
         prog="midword",
         description=(
@@ -35,19 +38,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        cmd = sub.add_parser(name, help=help_text, description=module.__doc__)
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:  # one broken command must not take the others down
+            sub.add_parser(name, help=f"{help_text} (unavailable: {exc})")
+            continue
+        cmd = sub.add_parser(
+            name,
+            help=help_text,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_arguments(cmd)
         cmd.set_defaults(_module=module)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in COMMANDS else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    if not hasattr(args, "_module"):
+        print(f"midword {args.command}: error: this command is unavailable", file=sys.stderr)
+        return 2
     try:
         return int(args._module.run(args) or 0)
     except CommandError as exc:

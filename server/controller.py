@@ -79,7 +79,8 @@ class Controller:
             log.warning("%s", problem)
             self.on_problem(problem)
         old, self.options = self.options, new
-        _set_log_level(new.log_level)
+        if isinstance(raw, dict) and "logLevel" in raw.get("midword", raw):
+            _set_log_level(new.log_level)  # else the command line's --log-level stays
         if initial or needs_reload(old, new):
             self.host.load(new)
         return problems

@@ -133,6 +133,8 @@ class Document:
         head = self.lines[start.line][: start.index]
         tail = self.lines[end.line][end.index :]  # end.index never passes the line's body
         new = split_lines(head + text + tail)
+        if end.line < len(self.lines) - 1:
+            new.pop()  # the piece ends with the old line's ending: no empty line after it
         self.lines[start.line : end.line + 1] = new
         self._shift_window(start.line, end.line, len(new))
         inserted = split_lines(text)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 __all__ = ["Scope", "finalize", "identifier_split", "indent_unit", "scope_for"]
 
 OPENERS = (":", "{", "(", "[", "=>")
+TAB_WIDTH = 4
 CLOSERS = ("}", ")", "]")
 _IDENT_TAIL = re.compile(r"[\w$]*$")  # the partial identifier before the cursor
 _IDENT_HEAD = re.compile(r"^[\w$]*")
@@ -73,8 +74,8 @@ class Scope:
                         return blank_run_start
                 offset += 1 + len(line)
                 continue
-            indent = len(_LEADING_WS.match(line).group())
-            if indent == len(line) and not complete:
+            indent = _width(line)
+            if not line.strip(" \t") and not complete:
                 break  # the indentation of this line is not known yet
             if (
                 self.closer_indent >= 0
@@ -96,7 +97,7 @@ def scope_for(
 ) -> Scope:
     """The scope at a cursor; ``policy`` is "auto", "always" or "never"."""
     specials = tuple(s for s in specials if s)
-    indent = len(_LEADING_WS.match(line_prefix).group())
+    indent = _width(line_prefix)
     stripped = line_prefix.strip()
     opens = stripped.endswith(OPENERS)
     blank_after = not line_suffix.strip()
@@ -108,6 +109,11 @@ def scope_for(
     if opens:
         return Scope(True, indent + 1, indent, line_suffix, specials=specials)
     return Scope(True, indent, -1, line_suffix, specials=specials)
+
+
+def _width(line: str) -> int:
+    """Columns of a line's leading whitespace (a tab counts as 4)."""
+    return len(_LEADING_WS.match(line).group().expandtabs(TAB_WIDTH))
 
 
 def _special_cut(text: str, specials: Sequence[str]) -> int | None:

@@ -20,6 +20,7 @@ from collections.abc import Generator
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -42,15 +43,31 @@ _ENCODINGS = {
     types.PositionEncodingKind.Utf32: "utf-32",
 }
 log = logging.getLogger("midword.server")
+_ANSWERED = object()  # a malformed request that was already answered with an error
 
 
 class MidwordProtocol(LanguageServerProtocol):
-    """pygls' protocol, with two changes.
+    """pygls' protocol, with three changes.
 
     * UTF-8 positions whenever the client offers them (they match the engine's bytes).
     * Documents are kept only by the controller: pygls' own copy would re-split a
       whole document on every keystroke and double the memory of large files.
+    * A request whose params do not match its type gets an error response (pygls
+      only logs it, and the client would wait for an answer forever).
     """
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if "method" not in data or "id" not in data:
+                raise  # a malformed notification: logged and dropped
+            self._send_response(data["id"], error=exc.to_response_error())
+            return _ANSWERED
+
+    def handle_message(self, message: Any) -> None:
+        if message is not _ANSWERED:
+            super().handle_message(message)
 
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, Any]:

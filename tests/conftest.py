@@ -20,3 +20,9 @@ def tokenizer_path(name: str) -> Path:
 @pytest.fixture(scope="session", params=TOKENIZERS)
 def tokenizer_name(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@pytest.fixture
+def session(client):  # noqa: ANN001, ANN201  (`client`: each server test module's pytest-lsp fixture)
+    """The `lsp_support.Session` of the module's server (pytest-lsp yields only the client)."""
+    return client.midword_session

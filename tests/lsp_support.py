@@ -53,6 +53,8 @@ class Session:
         while time.monotonic() < deadline:
             if self.state in states:
                 return self.state
+            if self.state == "error":
+                raise AssertionError(f"server error: {self.statuses[-1].message}")
             await asyncio.sleep(0.05)
         raise AssertionError(f"server state {self.state!r}, expected one of {states}")
 

@@ -23,11 +23,6 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
-@pytest.fixture
-def session(client: LanguageClient) -> Session:
-    return client.midword_session
-
-
 def check_common(text: str, buffer: Buffer) -> None:
     """No special-token text; nothing repeats what follows the cursor on its line."""
     assert not SPECIAL.search(text), text
