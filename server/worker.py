@@ -113,6 +113,7 @@ class ModelHost:
         self._pending_sync: dict[str, bytes] = {}
         self._lock = threading.Lock()  # guards _pending_sync and the load generation
         self._generation = 0
+        self._watcher: ModelWatcher | None = None
 
     # ------------------------------------------------------------------ status
     @property
@@ -129,11 +130,15 @@ class ModelHost:
 
     # ------------------------------------------------------------------ loading
     def load(self, options: ServerOptions) -> threading.Thread:
-        """Load the configured model on a background thread; the server stays responsive."""
+        """Load the configured model on a background thread; the server stays responsive.
+
+        A local model directory is watched: when its files change, the model is loaded again.
+        """
         with self._lock:
             self._generation += 1
             generation = self._generation
         name = options.model or str(default_model_dir())
+        self._watch(name, options)
         self._set_status(Status("loading", _short(name), "loading the model"))
         thread = threading.Thread(
             target=self._load, args=(options, name, generation), name="midword-load", daemon=True
@@ -176,6 +181,18 @@ class ModelHost:
         self.on_progress("warming up", 90)
         Completer(model, engine).complete(WARMUP_PREFIX, Settings(max_tokens=2))
         return model, engine
+
+    def _watch(self, name: str, options: ServerOptions) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        if Path(name).is_dir():
+            self._watcher = ModelWatcher(Path(name), lambda: self._reload_changed(options))
+            self._watcher.start()
+
+    def _reload_changed(self, options: ServerOptions) -> None:
+        log.info("the model's files changed: loading it again")
+        self.load(options)
 
     def use(self, model: Any, engine: Engine, name: str) -> None:
         """Switch to a loaded model (runs on the worker thread, between requests)."""
@@ -288,7 +305,40 @@ class ModelHost:
             answer.reason = "the model suggests nothing here"
 
     def shutdown(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
         self._worker.shutdown(wait=False, cancel_futures=True)
+
+
+class ModelWatcher:
+    """Calls ``on_change`` when files in a model directory change (watchfiles, debounced)."""
+
+    def __init__(self, path: Path, on_change: Callable[[], None]) -> None:
+        self.path = path
+        self.on_change = on_change
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="midword-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        try:
+            from watchfiles import watch
+        except ImportError:
+            log.info("watchfiles is not installed: model changes are not watched")
+            return
+        try:
+            for _changes in watch(self.path, stop_event=self._stop, debounce=1500):
+                if self._stop.is_set():
+                    return
+                self.on_change()
+                return  # the reload starts a new watcher
+        except Exception as exc:  # e.g. the folder was removed: keep serving
+            log.warning("stopped watching %s: %s", self.path, exc)
 
 
 def _warm_engine(engine: Engine) -> None:
