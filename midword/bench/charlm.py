@@ -36,7 +36,7 @@ import numpy as np
 from midword.bench import common, data, plots
 
 DEFAULT_OUT = "bench-results/charlm"
-DEFAULT_LIMIT = 300
+DEFAULT_LIMIT = 1000
 HEALING = (1, 2, 4)
 METHODS = ("token", "naive", "healing1", "healing2", "healing4", "bytesampler")
 LABELS = {

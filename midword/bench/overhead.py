@@ -36,9 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_common_arguments(parser, DEFAULT_OUT, DEFAULT_LIMIT, "random windows")
     data.add_text_arguments(parser)
     parser.add_argument("--window", type=int, default=100, help="window characters (default 100)")
-    parser.add_argument("--runs", type=int, default=5, help="wall-clock runs per method")
-    parser.add_argument("--tokens", type=int, default=40, help="tokens per sampling run")
-    parser.add_argument("--prompt-bytes", type=int, default=636, help="wall-clock prompt size")
+    parser.add_argument(
+        "--runs", type=int, default=5, help="wall-clock runs per method (default 5)"
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=40, help="tokens per sampling run (default 40)"
+    )
+    parser.add_argument(
+        "--prompt-bytes", type=int, default=636, help="wall-clock prompt size (default 636)"
+    )
 
 
 def make_window(docs: list[data.TextFile], seed: int, index: int, size: int) -> str:
