@@ -51,3 +51,7 @@ bench-charlm:  ## bits/char, next-char accuracy and overhead on held-out stdlib 
 
 bench-overhead:  ## inference tokens per PBP solve and wall clock of PBP/byte sampling (bench-results/overhead)
 	$(PY) -m midword bench overhead
+
+.PHONY: bench-ensemble
+bench-ensemble:  ## ensembles: per-byte cost of 2- and 3-model byte-level ensembles vs their members
+	$(PY) benchmarks/bench_ensemble.py

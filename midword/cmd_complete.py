@@ -8,6 +8,13 @@ PREFIX is '-'. --json prints one object (a public contract, kept stable):
 --method bytesampler (default) conditions exactly on the bytes; healing1/2/4
 (token healing) and naive are the baselines. --mode pbp samples one leaf of the
 Valid Covering Tree and then ordinary tokens; --mode bytes samples byte by byte.
+
+--ensemble DIR ... [--weights W ...] [--combine mix|product] samples byte by byte
+from models whose tokenizers may differ (mix: weighted average of their
+next-byte probabilities; product: weighted sum of log-probabilities,
+renormalized). --proxy-tune BASE EXPERT ANTI_EXPERT is the product with weights
+1 1 -1. Transforms then apply to the combined next-byte distribution. Put the
+prefix before these options, or after '--' (they take several values).
 """
 
 from __future__ import annotations
@@ -15,10 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from midword.cli import CommandError
 from midword.cmd_tree import read_prefix
-from midword.modelargs import add_model_arguments, load_model_and_engine
+from midword.modelargs import DEFAULT_MODEL, add_model_arguments, load_model_and_engine
+
+COMBINES = ("mix", "product")  # engine/ensemble.py COMBINES (not imported: --help stays light)
+PROXY_WEIGHTS = (1.0, 1.0, -1.0)  # base + expert - anti-expert
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-file", help="read the prefix as raw bytes from this file")
     add_model_arguments(parser)
     parser.add_argument("--method", choices=METHODS, default="bytesampler")
-    parser.add_argument("--mode", choices=MODES, default="pbp")
+    parser.add_argument("--mode", choices=MODES, help="pbp (default) or bytes (ensembles)")
     parser.add_argument("--max-tokens", type=int, default=48, help="token budget (default 48)")
     parser.add_argument("--max-bytes", type=int, default=0, help="byte budget in byte mode")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 means greedy")
@@ -39,38 +50,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--level",
         choices=("token", "byte"),
-        default="token",
-        help="where transforms apply in byte mode (token: on leaf log-probs)",
+        help="where transforms apply in byte mode (default token: on leaf log-probs)",
     )
     parser.add_argument("--seed", type=int, help="random seed (reproducible sampling)")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_ensemble_arguments(parser)
+
+
+def add_ensemble_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--ensemble",
+        nargs="+",
+        metavar="MODEL_DIR",
+        help="byte-level ensemble of these models (each with its own tokenizer)",
+    )
+    group.add_argument(
+        "--proxy-tune",
+        nargs=3,
+        metavar=("BASE", "EXPERT", "ANTI_EXPERT"),
+        help="proxy tuning: product ensemble with weights 1 1 -1",
+    )
+    parser.add_argument(
+        "--weights", nargs="+", type=float, metavar="W", help="one weight per ensemble model"
+    )
+    parser.add_argument(
+        "--combine", choices=COMBINES, help="mix (default for --ensemble) or product"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from midword.engine.backend import BackendError
-    from midword.engine.generate import Completer, Settings
     from midword.engine.vct import PrefixError
 
     prefix = read_prefix(args)
+    spec = ensemble_spec(args)
+    settings = make_settings(args, ensemble=spec is not None)
+    completer = load_ensemble(args, *spec) if spec is not None else load_single(args)
     try:
-        settings = Settings(
-            method=args.method,
-            mode=args.mode,
-            max_tokens=args.max_tokens,
-            max_bytes=args.max_bytes,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            level=args.level,
-            seed=args.seed,
-            stop=tuple(args.stop),
-        )
-    except ValueError as exc:
-        raise CommandError(str(exc)) from exc
-    model, engine = load_model_and_engine(args)
-    try:
-        result = Completer(model, engine).complete(prefix, settings)
+        result = completer.complete(prefix, settings)
     except (PrefixError, BackendError) as exc:
         raise CommandError(str(exc)) from exc
     if args.json:
@@ -78,3 +97,72 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(result.text + "\n")
     return 0
+
+
+def make_settings(args: argparse.Namespace, ensemble: bool) -> Any:
+    """Settings from the options; an ensemble samples bytes, transforms at byte level."""
+    from midword.engine.generate import Settings
+
+    if ensemble:
+        for name, value, allowed in (
+            ("--method", args.method, "bytesampler"),
+            ("--mode", args.mode, "bytes"),
+            ("--level", args.level, "byte"),
+        ):
+            if value not in (None, allowed):
+                raise CommandError(f"ensembles need {name} {allowed} (they sample byte by byte)")
+    try:
+        return Settings(
+            method=args.method,
+            mode=args.mode or ("bytes" if ensemble else "pbp"),
+            max_tokens=args.max_tokens,
+            max_bytes=args.max_bytes,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            level=args.level or ("byte" if ensemble else "token"),
+            seed=args.seed,
+            stop=tuple(args.stop),
+        )
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def ensemble_spec(args: argparse.Namespace) -> tuple[list[str], list[float], str] | None:
+    """(model dirs, weights, combine) for --ensemble/--proxy-tune, else None."""
+    dirs = args.ensemble or args.proxy_tune
+    if dirs is None:
+        if args.weights is not None or args.combine is not None:
+            raise CommandError("--weights and --combine need --ensemble or --proxy-tune")
+        return None
+    if args.tokenizer or args.model != str(DEFAULT_MODEL):
+        raise CommandError("with an ensemble, name the models after --ensemble, not --model")
+    if args.proxy_tune and args.combine not in (None, "product"):
+        raise CommandError("--proxy-tune is a product of the models (no --combine mix)")
+    default = PROXY_WEIGHTS if args.proxy_tune else [1.0] * len(dirs)
+    return (
+        list(dirs),
+        list(args.weights or default),
+        args.combine or ("product" if args.proxy_tune else "mix"),
+    )
+
+
+def load_ensemble(args: argparse.Namespace, dirs: list[str], weights: list, combine: str) -> Any:
+    """The Ensemble (weights checked before any model loads); CommandError on failure."""
+    from midword.engine.backend import BackendError
+    from midword.engine.ensemble import Ensemble
+    from midword.engine.tokenizer import TokenizerError
+
+    try:
+        return Ensemble.from_dirs(dirs, weights, combine, device=args.device, dtype=args.dtype)
+    except TokenizerError as exc:
+        raise CommandError(f"cannot load the tokenizer: {exc}") from exc
+    except (BackendError, ValueError, OSError) as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def load_single(args: argparse.Namespace) -> Any:
+    from midword.engine.generate import Completer
+
+    model, engine = load_model_and_engine(args)
+    return Completer(model, engine)
