@@ -214,13 +214,14 @@ class Completer:
         self.sampler.reset(prefix)
         out.before_step()  # the tree may take a while: honour a cancel before scoring it
         greedy = s.transform.is_greedy  # greedy: the single most likely leaf
-        seqs, weights = self.sampler.leaves(Transform() if greedy else s.transform)
-        if not seqs:
+        leaf_set = self.sampler.leaf_set(Transform() if greedy else s.transform)
+        if not leaf_set.size:
             raise BackendError("no token sequence covers this prefix")
+        weights = leaf_set.weights
         k = _pick(weights, greedy, rng)
         leaf_lp = float(weights[k] - logsumexp(weights))
         tree = self.sampler.vct.tree()
-        seq = seqs[k]
+        seq = leaf_set.sequence(k)
         if seq[-1] in self._special:
             out.reason = "eos"
             return out.result(leaf_lp, 1, started)

@@ -36,6 +36,7 @@ from .vct import VCT, Engine, Tree
 
 __all__ = [
     "ByteSampler",
+    "LeafSet",
     "NextBytes",
     "Transform",
     "logsumexp",
@@ -160,6 +161,24 @@ class _Scored:
     offsets: list[int]  # [N] bytes of the prefix after each node (0: the node ends at x)
 
 
+@dataclass
+class LeafSet:
+    """The leaves of a scored tree: leaf ``k`` is ``tree.nodes[node[k]].path + (token[k],)``
+    with log-probability ``weights[k]`` given the trunk."""
+
+    tree: Tree
+    node: np.ndarray  # [L] int64 index into tree.nodes
+    token: np.ndarray  # [L] int64
+    weights: np.ndarray  # [L] float64
+
+    @property
+    def size(self) -> int:
+        return int(self.weights.size)
+
+    def sequence(self, k: int) -> tuple[int, ...]:
+        return self.tree.nodes[int(self.node[k])].path + (int(self.token[k]),)
+
+
 def start_token(model: ScoringModel, engine: Engine) -> int:
     """The token every sequence is conditioned on: the model's BOS, else its EOS."""
     for attr in ("bos_token_id", "eos_token_id"):
@@ -280,25 +299,39 @@ class ByteSampler:
             self._scored.append(token)
 
     # ---------------------------------------------------------------- leaves
+    def leaf_set(self, transform: Transform = Transform()) -> LeafSet:
+        """Every covering sequence (below the trunk) with its log-probability given the trunk,
+        as arrays (a tree can have thousands of leaves; tuples for each would cost
+        milliseconds per keystroke).
+
+        Includes, for the node that ends the complete encoding of the prefix, its
+        end-of-text events ``path + (special,)``.
+        """
+        sc = self._score(transform)
+        nodes: list[np.ndarray] = []
+        tokens: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
+        for i, node in enumerate(sc.tree.nodes):
+            ends = [node.leaves]
+            if node.path == sc.tree.complete and self._special.size:
+                ends.append(self._special)
+            for toks in ends:
+                nodes.append(np.full(toks.size, i, dtype=np.int64))
+                tokens.append(np.asarray(toks, dtype=np.int64))
+                weights.append(sc.node_lp[i] + sc.rows[i, toks])
+        if not weights:
+            empty = np.zeros(0, dtype=np.int64)
+            return LeafSet(sc.tree, empty, empty, np.zeros(0))
+        return LeafSet(
+            sc.tree, np.concatenate(nodes), np.concatenate(tokens), np.concatenate(weights)
+        )
+
     def leaves(
         self, transform: Transform = Transform()
     ) -> tuple[list[tuple[int, ...]], np.ndarray]:
-        """Every covering sequence (below the trunk) with its log-probability given the trunk.
-
-        Includes, as the path of a node that ends at the prefix, ``path + (special,)``
-        for the end-of-text events of the complete encoding.
-        """
-        sc = self._score(transform)
-        seqs: list[tuple[int, ...]] = []
-        weights: list[np.ndarray] = []
-        for i, node in enumerate(sc.tree.nodes):
-            leaves = node.leaves
-            seqs.extend(node.path + (int(t),) for t in leaves)
-            weights.append(sc.node_lp[i] + sc.rows[i, leaves])
-            if node.path == sc.tree.complete and self._special.size:
-                seqs.extend(node.path + (int(t),) for t in self._special)
-                weights.append(sc.node_lp[i] + sc.rows[i, self._special])
-        return seqs, np.concatenate(weights) if weights else np.zeros(0)
+        """`leaf_set` as (list of token sequences, log-probs)."""
+        leaf_set = self.leaf_set(transform)
+        return [leaf_set.sequence(k) for k in range(leaf_set.size)], leaf_set.weights
 
     def prefix_logprob(self) -> float:
         """log P(the model's text starts with the prefix)."""
