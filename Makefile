@@ -1,7 +1,7 @@
 # One entry point for every task: `make help` lists them.
 PY ?= python3
 
-.PHONY: help install demo test test-exact test-fast lint fmt bench-engine bench-backend tree ext bench-humaneval bench-charlm bench-overhead
+.PHONY: help install demo complete-demo serve bench-server test test-exact test-fast lint fmt bench-engine bench-backend tree ext bench-humaneval bench-charlm bench-overhead
 
 help:  ## list every task
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -11,12 +11,15 @@ install:  ## install midword (editable) with model, server, test and bench extra
 	$(PY) -m pip install -e ".[model,server,test,bench]"
 	npm ci --no-audit --no-fund
 
-DEMO_PREFIX = 'import sys\n\n\ndef main(argv):\n    parser = argparse.ArgumentPar'
+demo:  ## the main job: type a file into the language server, naive vs midword side by side
+	$(PY) -m midword demo
 
-demo:  ## run the main job on the shipped default model: complete mid-word, exact vs naive
-	@echo "prefix ends mid-word: ...parser = argparse.ArgumentPar|"
-	@echo "ByteSampler (exact):"; printf $(DEMO_PREFIX) | $(PY) -m midword complete --json --max-tokens 12 -
-	@echo "naive (tokenize, then generate):"; printf $(DEMO_PREFIX) | $(PY) -m midword complete --json --max-tokens 12 --method naive -
+complete-demo:  ## the same mid-word cut through the CLI: `midword complete`, exact vs naive
+	@printf 'import sys\n\n\ndef main(argv):\n    parser = argparse.ArgumentPar' | $(PY) -m midword complete --json --max-tokens 12 -
+	@printf 'import sys\n\n\ndef main(argv):\n    parser = argparse.ArgumentPar' | $(PY) -m midword complete --json --max-tokens 12 --method naive -
+
+serve:  ## run the language server on stdio (what editors start)
+	$(PY) -m midword serve
 
 test:  ## run the whole test suite (what CI runs)
 	$(PY) -m pytest -q
@@ -39,6 +42,9 @@ fmt:  ## ruff format + fix imports
 
 bench-engine:  ## engine figures: load time, push cost, masks, tree build time and size
 	$(PY) benchmarks/bench_engine.py
+
+bench-server:  ## language-server figures: keystroke replay overhead, incremental vs rebuild
+	$(PY) benchmarks/bench_server.py
 
 bench-backend:  ## backend benchmark (tree scoring on a cached trunk vs plain decoding)
 	$(PY) benchmarks/bench_backend.py

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "complete": ("midword.cmd_complete", "complete a prefix (ByteSampler or a baseline)"),
     "bench": ("midword.bench.command", "headless benchmarks: humaneval, charlm, overhead"),
     "serve": ("midword.cmd_serve", "run the language server (LSP over stdio or TCP)"),
+    "demo": ("midword.cmd_demo", "type a file into the server: naive vs midword, side by side"),
 }
 
 
