@@ -85,10 +85,12 @@ def test_humaneval_smoke_and_resume(synthetic_data: Path, tmp_path: Path, capsys
     summary = json.loads((out / "results.json").read_text())
     assert summary["configs"]["canonical"]["pass@1"] == 1.0
     assert summary["configs"]["empty"]["pass@1"] == 0.0
+    assert summary["configs"]["canonical"]["first_line"] == 1.0
+    assert summary["configs"]["empty"]["first_line"] == 0.0
     markdown = (out / "results.md").read_text()
     assert "paper table 14" in markdown and "paper table 15" in markdown
     assert markdown in capsys.readouterr().out
-    assert _is_png(out / "pass_at_1.png")
+    assert _is_png(out / "pass_at_1.png") and _is_png(out / "first_line.png")
     assert json.loads((out / "run.json").read_text())["max_tokens"] == 8
 
     # A rerun resumes: nothing is generated again.

@@ -23,7 +23,7 @@ from typing import Any
 from midword.bench import common, data, plots
 
 DEFAULT_OUT = "bench-results/overhead"
-DEFAULT_LIMIT = 300
+DEFAULT_LIMIT = 3000
 WALL_METHODS = ("normal", "pbp", "bytes")
 WALL_LABELS = {
     "normal": "Normal sampling (plain BPE prompt)",
@@ -37,10 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_text_arguments(parser)
     parser.add_argument("--window", type=int, default=100, help="window characters (default 100)")
     parser.add_argument(
-        "--runs", type=int, default=5, help="wall-clock runs per method (default 5)"
+        "--runs", type=int, default=10, help="wall-clock runs per method (default 10)"
     )
     parser.add_argument(
-        "--tokens", type=int, default=40, help="tokens per sampling run (default 40)"
+        "--tokens", type=int, default=128, help="tokens per sampling run (default 128)"
     )
     parser.add_argument(
         "--prompt-bytes", type=int, default=636, help="wall-clock prompt size (default 636)"
