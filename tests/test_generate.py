@@ -126,3 +126,35 @@ def test_cli_reports_bad_input_in_one_line() -> None:
     assert done.returncode == 2 and b"cannot read" in done.stderr
     done = _run("next-bytes", "--model", "/no/such/model", "x")
     assert done.returncode == 2 and done.stderr.count(b"\n") == 1
+
+
+@pytest.fixture(scope="module")
+def shipped(engine):
+    """The shipped model itself: trained on canonical tokenizations, so a cut that the
+    prompt pipeline gets wrong shows up in its greedy output."""
+    from midword.engine.hf_backend import load_hf_model
+
+    return Completer(load_hf_model(str(DEFAULT), device="cpu", dtype="float32"), engine)
+
+
+def _greedy(completer: Completer, prefix: str, method: str) -> str:
+    return completer.complete(prefix.encode(), Settings(method=method, max_tokens=4)).text
+
+
+def test_token_healing_fixes_a_cut_token(shipped) -> None:
+    prefix = "for i in ra"
+    ids = shipped.tok.encode(prefix + "nge")
+    assert ids[:-1] == shipped.tok.encode(prefix)[:-1]  # one token back is enough here
+    assert not _greedy(shipped, prefix, "naive").startswith("nge")
+    assert _greedy(shipped, prefix, "healing1").startswith("nge")
+    assert _greedy(shipped, prefix, "bytesampler").startswith("nge")
+
+
+def test_token_healing_cannot_fix_a_deeper_cut(shipped) -> None:
+    prefix = "def f(x):\n    retu"
+    cut, whole = shipped.tok.encode(prefix), shipped.tok.encode(prefix + "rn")
+    shared = next(i for i, (a, b) in enumerate(zip(cut, whole, strict=False)) if a != b)
+    assert len(cut) - shared > 2  # the word "return" re-tokenizes 3+ tokens back
+    for method in ("naive", "healing1", "healing2"):
+        assert not _greedy(shipped, prefix, method).startswith("rn"), method
+    assert _greedy(shipped, prefix, "bytesampler").startswith("rn")
