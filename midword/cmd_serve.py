@@ -51,9 +51,11 @@ def _protocol_stdout() -> BinaryIO:
 def run(args: argparse.Namespace) -> int:
     address = _tcp_address(args.tcp) if args.tcp else None
     from midword.server.logs import setup_logging
+    from midword.server.memory import fix_mmap_threshold
     from midword.server.server import build_server
 
     setup_logging(args.log_level, args.log_file)
+    fix_mmap_threshold()  # closed documents' memory goes back to the OS (server/memory.py)
     server = build_server()
     if address is not None:
         server.start_tcp(*address)
