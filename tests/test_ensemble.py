@@ -201,6 +201,10 @@ def test_an_ensemble_of_one_model_is_that_model(members) -> None:
             ens = Ensemble(_pairs(members, "qwen3"), [weight], combine)
             ens.reset(prefix)
             assert _close(np.exp(ens.distribution().logp), want, 1e-12), (combine, prefix)
+        muted = Ensemble(_pairs(members, "llama3", "qwen3"), [0.0, 1.0], "mix")
+        muted.reset(prefix)
+        dist = muted.distribution()  # a member weighted zero is never scored
+        assert dist.members[0] is None and _close(np.exp(dist.logp), want, 1e-12)
 
 
 def test_proxy_tuning(members) -> None:
