@@ -1,6 +1,9 @@
 """Language-server benchmark: keystroke replay with an inline completion after every key.
 
-Runs the server's `Controller` in process (the code behind every LSP handler, without
+0. Startup: a real `midword serve` process; how soon `initialize` is answered (the model
+   loads in the background) and when the model is ready.
+
+Then runs the server's `Controller` in process (the code behind every LSP handler, without
 the JSON-RPC transport) on the shipped default model, and prints:
 
 1. Keystroke replay: type the first 300 lines of a held-out standard-library file one
@@ -102,6 +105,29 @@ async def live_tail(controller: Controller) -> int:
     return 0 if state is None else len(state["tree"]["nodes"])
 
 
+async def startup() -> tuple[float, float, float]:
+    """A real `midword serve` over stdio: seconds to spawn, to answer initialize, to be ready."""
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    client = LanguageClient("bench", "1")
+    states: list[str] = []
+    client.feature("midword/status")(lambda params: states.append(params.state))
+    started = time.perf_counter()
+    await client.start_io(sys.executable, "-m", "midword", "serve", "--log-level", "error")
+    spawned = time.perf_counter()
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
+    answered = time.perf_counter()
+    client.initialized(types.InitializedParams())
+    while not states or states[-1] == "loading":
+        await asyncio.sleep(0.01)
+    ready = time.perf_counter()
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    return spawned - started, answered - spawned, ready - started
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=300, help="lines of the file to type")
@@ -109,6 +135,12 @@ async def main() -> None:
     parser.add_argument("--tail-keys", type=int, default=150, help="keys typed in the 10k buffer")
     parser.add_argument("--max-tokens", type=int, default=2, help="tokens per completion")
     args = parser.parse_args()
+
+    spawn_s, init_s, ready_s = await startup()
+    print(
+        f"0. startup over stdio: initialize answered {1000 * init_s:.0f} ms after the process "
+        f"started ({1000 * spawn_s:.0f} ms to spawn); model ready after {ready_s:.1f} s"
+    )
 
     clock = ForwardClock()
     options = {"maxTokens": args.max_tokens, "timeBudgetMs": 60_000, "device": "cpu"}

@@ -16,9 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from midword.engine.generate import Interrupted, Settings
+if TYPE_CHECKING:
+    from midword.engine.generate import Settings
 
 from .document import Cursor, Document, Range
 from .options import ServerOptions, needs_reload, parse_options
@@ -157,6 +158,8 @@ class Controller:
             is_current=lambda: not cancelled.is_set() and doc.version == version,
             request_id=request_id,
         )
+        from midword.engine.generate import Interrupted  # loaded with the model by now
+
         future = self.host.submit(request)
         try:
             answer = await asyncio.wrap_future(future)
@@ -176,6 +179,8 @@ class Controller:
         return answer
 
     def _item_settings(self, items: int) -> list[Settings]:
+        from midword.engine.generate import Settings
+
         o = self.options
         first = Settings(
             method=o.method,

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from midword.engine.backend import BackendError
-from midword.engine.generate import Completer, Interrupted, Settings
-from midword.engine.vct import Engine, PrefixError
+if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
+    from midword.engine.generate import Completer, Settings
+    from midword.engine.vct import Engine
 
 from .memory import release_memory
 from .options import ServerOptions
@@ -165,8 +165,11 @@ class ModelHost:
         self.on_progress("", 100)
 
     def _load_parts(self, options: ServerOptions, name: str) -> tuple[Any, Engine]:
+        from midword.engine.backend import BackendError
+        from midword.engine.generate import Completer, Settings
         from midword.engine.hf_backend import load_hf_model
         from midword.engine.tokenizer import load_tokenizer
+        from midword.engine.vct import Engine
 
         self.on_progress("reading the tokenizer", 5)
         engine = Engine(load_tokenizer(name))
@@ -214,6 +217,8 @@ class ModelHost:
             self._worker.submit(self._sync_pending, uri)
 
     def _sync_pending(self, uri: str) -> None:
+        from midword.engine.vct import PrefixError
+
         with self._lock:
             prefix = self._pending_sync.pop(uri, None)
         if prefix is None or not self.ready:
@@ -232,6 +237,8 @@ class ModelHost:
         release_memory()
 
     def _completer(self, uri: str) -> Completer:
+        from midword.engine.generate import Completer
+
         completer = self._completers.get(uri)
         if completer is None:
             completer = Completer(self._model, self._engine)
@@ -263,6 +270,9 @@ class ModelHost:
         return self._worker.submit(self._complete, request)
 
     def _complete(self, req: Request) -> Answer:
+        from midword.engine.generate import Interrupted
+        from midword.engine.vct import PrefixError
+
         if not self.ready:
             return Answer(reason=self.status.message)
         if not req.is_current():
@@ -287,6 +297,8 @@ class ModelHost:
         return answer
 
     def _sample_items(self, completer: Completer, req: Request, answer: Answer) -> None:
+        from midword.engine.backend import BackendError
+
         for settings in req.settings:
             if len(answer.texts) >= req.max_items or time.perf_counter() >= req.deadline:
                 break
