@@ -85,12 +85,12 @@ def test_humaneval_smoke_and_resume(synthetic_data: Path, tmp_path: Path, capsys
     summary = json.loads((out / "results.json").read_text())
     assert summary["configs"]["canonical"]["pass@1"] == 1.0
     assert summary["configs"]["empty"]["pass@1"] == 0.0
-    assert summary["configs"]["canonical"]["first_line"] == 1.0
-    assert summary["configs"]["empty"]["first_line"] == 0.0
+    assert summary["configs"]["canonical"]["first_word"] == 1.0
+    assert summary["configs"]["empty"]["first_word"] == 0.0
     markdown = (out / "results.md").read_text()
     assert "paper table 14" in markdown and "paper table 15" in markdown
     assert markdown in capsys.readouterr().out
-    assert _is_png(out / "pass_at_1.png") and _is_png(out / "first_line.png")
+    assert _is_png(out / "pass_at_1.png") and _is_png(out / "first_word.png")
     assert json.loads((out / "run.json").read_text())["max_tokens"] == 8
 
     # A rerun resumes: nothing is generated again.
@@ -188,3 +188,29 @@ def test_docstring_examples() -> None:
     for module in (common, data, humaneval, charlm, overhead):
         result = doctest.testmod(module)
         assert result.failed == 0, module.__name__
+
+
+def test_counted_tokens_equal_a_cold_cache() -> None:
+    """charlm shares one warm cache between methods and counts what each would cost from
+    an empty cache; that count must equal a real cold session's, on the same prefixes."""
+    from midword.engine.sampling import ByteSampler
+
+    model, engine = common.load_model(
+        cli.build_parser().parse_args(["bench", "charlm", *MODEL_ARGS])
+    )
+    scorer = charlm.Scorer(model, engine)
+    cold = ByteSampler(model, engine, track_prefix=False)
+    text = Path(cli.__file__).read_text()
+    docs = [data.TextFile("cli.py", text)]
+    for index in range(5):
+        sample = charlm.make_sample(docs, 3, index, 400)
+        counted = scorer.bytesampler(sample)["inference_tokens"]
+        cold.session.reset()
+        before = cold.session.inference_tokens
+        cold.reset(sample["prefix"].encode("utf-8"))
+        cold.next_bytes()
+        assert counted == cold.session.inference_tokens - before, sample["prefix"][-20:]
+        # Plain BPE costs BOS plus the prompt's tokens; the token-level row, cut back to a
+        # token boundary, never costs more.
+        plain = 1 + len(engine.tok.encode(sample["prefix"]))
+        assert scorer.token_level(sample)["inference_tokens"] <= plain
