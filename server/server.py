@@ -47,13 +47,15 @@ _ANSWERED = object()  # a malformed request that was already answered with an er
 
 
 class MidwordProtocol(LanguageServerProtocol):
-    """pygls' protocol, with three changes.
+    """pygls' protocol, with four changes.
 
     * UTF-8 positions whenever the client offers them (they match the engine's bytes).
     * Documents are kept only by the controller: pygls' own copy would re-split a
       whole document on every keystroke and double the memory of large files.
     * A request whose params do not match its type gets an error response (pygls
       only logs it, and the client would wait for an answer forever).
+    * didOpen/didChange/didClose call the features directly: as generators, pygls
+      would keep a future for every one of these notifications, forever.
     """
 
     def structure_message(self, data: dict[str, Any]) -> Any:
@@ -78,20 +80,20 @@ class MidwordProtocol(LanguageServerProtocol):
         return (yield from super().lsp_initialize(params))
 
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(self, params: Any) -> Generator[Any, Any, None]:
-        yield from self._user_handler(types.TEXT_DOCUMENT_DID_OPEN, params)
+    def lsp_text_document__did_open(self, params: Any) -> None:
+        self._user_handler(types.TEXT_DOCUMENT_DID_OPEN, params)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: Any) -> Generator[Any, Any, None]:
-        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CHANGE, params)
+    def lsp_text_document__did_change(self, params: Any) -> None:
+        self._user_handler(types.TEXT_DOCUMENT_DID_CHANGE, params)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(self, params: Any) -> Generator[Any, Any, None]:
-        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CLOSE, params)
+    def lsp_text_document__did_close(self, params: Any) -> None:
+        self._user_handler(types.TEXT_DOCUMENT_DID_CLOSE, params)
 
-    def _user_handler(self, method: str, params: Any) -> Generator[Any, Any, None]:
+    def _user_handler(self, method: str, params: Any) -> None:
         if (handler := self.fm.features.get(method)) is not None:
-            yield handler, (params,), None
+            handler(params)
 
 
 class MidwordServer(LanguageServer):

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import pytest_lsp
 from lsprotocol import types
+from midword.server.server import build_server
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
@@ -500,6 +501,39 @@ async def test_a_storm_of_cancels_leaves_the_server_serving(session: Session) ->
     buf.close()
 
 
+async def test_edits_leave_no_per_message_state_behind() -> None:
+    """pygls keeps a future per notification handled by a generator; a day of typing
+    would pile up millions. The server's didOpen/didChange/didClose must not."""
+    server = build_server()
+    protocol = server.protocol
+    uri = "untitled:Untitled-9"
+    item = types.TextDocumentItem(uri=uri, language_id="python", version=1, text="")
+    protocol._handle_notification(
+        types.TEXT_DOCUMENT_DID_OPEN, types.DidOpenTextDocumentParams(text_document=item)
+    )
+    for n in range(500):
+        at = types.Position(line=0, character=n)
+        protocol._handle_notification(
+            types.TEXT_DOCUMENT_DID_CHANGE,
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=n + 2),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(start=at, end=at), text="x"
+                    )
+                ],
+            ),
+        )
+    assert server.controller.documents[uri].text() == "x" * 500
+    protocol._handle_notification(
+        types.TEXT_DOCUMENT_DID_CLOSE,
+        types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)),
+    )
+    assert not server.controller.documents
+    assert len(protocol._request_futures) == 0
+    server.controller.shutdown()
+
+
 # ---------------------------------------------------------------------------- a 10 MB document
 def _big_text(size: int) -> str:
     source = Path(argparse.__file__).read_text(encoding="utf-8")
@@ -688,7 +722,7 @@ async def raw_server(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Proce
             await proc.wait()
 
 
-async def wait_until_idle(pid: int, quiet: float = 0.5, timeout: float = 60) -> None:
+async def wait_until_idle(pid: int, quiet: float = 1.0, timeout: float = 60) -> None:
     """Until the process has used no CPU for ``quiet`` seconds (done importing)."""
 
     def cpu() -> int:
@@ -807,7 +841,8 @@ async def test_the_server_exits_when_its_stdio_client_dies_mid_request() -> None
         if alive:
             os.kill(report["pid"], signal.SIGKILL)
         print(f"\nserver exited {gone:.2f} s after its client was killed")
-        assert not alive and gone < 5, f"the server still ran {gone:.1f} s after its client died"
+        # Interpreter teardown with torch loaded takes 1-4 s on a busy machine; a hang is forever.
+        assert not alive and gone < 10, f"the server still ran {gone:.1f} s after its client died"
     finally:
         if child.returncode is None:
             child.kill()
