@@ -154,7 +154,7 @@ class Controller:
             indent_unit=_indent_unit(doc, cursor),
             settings=self._item_settings(items),
             max_items=items,
-            deadline=started + self.options.time_budget_ms / 1000.0,
+            budget=self.options.time_budget_ms / 1000.0,
             is_current=lambda: not cancelled.is_set() and doc.version == version,
             request_id=request_id,
         )

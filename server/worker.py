@@ -75,7 +75,7 @@ class Request:
     indent_unit: str
     settings: list[Settings]
     max_items: int
-    deadline: float  # time.perf_counter() value
+    budget: float  # seconds for generating items, counted once the covering tree is scored
     is_current: Callable[[], bool] = lambda: True  # False: cancelled or superseded
     request_id: str = ""
 
@@ -224,9 +224,16 @@ class ModelHost:
         if prefix is None or not self.ready:
             return
         try:
-            self._completer(uri).sampler.reset(prefix)
+            completer = self._completer(uri)
+            completer.sampler.reset(prefix)
+            # Prefill the KV cache with the settled tokens while the user types, so the next
+            # request only scores the tail (after a paste or a newly opened buffer this is
+            # the expensive part).
+            completer.session.logprobs(completer.sampler.vct.tree().trunk, [()])
         except PrefixError as exc:
             log.debug("sync of %s skipped: %s", uri, exc)
+        except Exception as exc:  # a model error here resurfaces on the next request
+            log.warning("sync of %s failed: %s", uri, exc)
 
     def close(self, uri: str) -> Future[None]:
         """Free the document's VCT and KV cache, and give the freed memory back to the OS."""
@@ -291,16 +298,21 @@ class ModelHost:
         if req.settings[0].method == "bytesampler":
             completer.sampler.leaf_set()  # scores the tree once; every item reuses the rows
         answer.tree_tokens = completer.session.inference_tokens - tokens_before
-        self._sample_items(completer, req, answer)
+        # The budget bounds generation, not the prompt's first prefill: a cold buffer must
+        # still get an answer (later keystrokes reuse the cache and are fast).
+        deadline = time.perf_counter() + req.budget
+        self._sample_items(completer, req, answer, deadline)
         answer.tokens = completer.session.inference_tokens - tokens_before
         answer.model_ms = _ms(started) - answer.sync_ms - answer.post_ms
         return answer
 
-    def _sample_items(self, completer: Completer, req: Request, answer: Answer) -> None:
+    def _sample_items(
+        self, completer: Completer, req: Request, answer: Answer, deadline: float
+    ) -> None:
         from midword.engine.backend import BackendError
 
         for settings in req.settings:
-            if len(answer.texts) >= req.max_items or time.perf_counter() >= req.deadline:
+            if len(answer.texts) >= req.max_items or time.perf_counter() >= deadline:
                 break
             try:
                 result = completer.complete(
@@ -308,7 +320,7 @@ class ModelHost:
                     settings,
                     should_stop=lambda: not req.is_current(),
                     cut=req.scope.cut,
-                    deadline=req.deadline,
+                    deadline=deadline,
                 )
             except BackendError as exc:
                 log.warning("completion failed: %s", exc)
