@@ -66,23 +66,60 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         masks.append(time.perf_counter() - t)
     print(f"  successor mask, uncached: {_ms(masks)}")
 
-    builds, extra_nodes, at_end = [], [], 0
+    builds, colds, warms, keys, extra_nodes, at_end = [], [], [], [], [], 0
     for _ in range(cuts):
         cut = rng.randrange(200, len(code))
         while 0x80 <= code[cut] < 0xC0:
             cut -= 1
         window = code[cut - 200 : cut]
-        engine._tails.clear()
+        _clear(engine)
         t = time.perf_counter()
         tree = vct_mod.build_tree(engine, window)
         builds.append(time.perf_counter() - t)
+        colds.append(_tree_time(engine, window, clear_tables=True))
+        warms.append(_tree_time(engine, window, clear_tables=False))
+        keys.append(_keystroke_time(engine, window))
         extra_nodes.append(tree.internal_count - 1)
         at_end += any(n.ends_at_prefix_end for n in tree.nodes)
-    print(f"  tree build, 200-byte windows at {cuts} random cuts: {_ms(builds)}")
+    print(f"  tree build (push 200 bytes + tree), caches cleared, {cuts} random cuts: {_ms(builds)}")
+    print(f"  tree() alone, all caches cleared:                   {_ms(colds)}")
+    print(f"  tree() alone, per-state leaf masks warm:            {_ms(warms)}")
+    print(f"  keystroke (push 1 byte + tree()), masks warm:        {_ms(keys)}")
     print(
         f"  internal nodes beyond the trunk: mean {statistics.mean(extra_nodes):.2f}; "
         f"cuts with a node ending at the cut: {at_end}/{cuts}"
     )
+
+
+def _clear(engine, clear_tables: bool = True) -> None:
+    """Forget cached trees (and the leaf tables' per-state masks) to time a real build."""
+    engine._tails.clear()
+    if clear_tables and engine.tables is not None:
+        engine.tables._masks.clear()
+
+
+def _tree_time(engine, window: bytes, clear_tables: bool) -> float:
+    from midword.engine import vct as vct_mod
+
+    state = vct_mod.VCT(engine)
+    state.push_bytes(window)
+    _clear(engine, clear_tables)
+    t = time.perf_counter()
+    state.tree()
+    return time.perf_counter() - t
+
+
+def _keystroke_time(engine, window: bytes) -> float:
+    from midword.engine import vct as vct_mod
+
+    state = vct_mod.VCT(engine)
+    state.push_bytes(window[:-1])
+    state.tree()
+    engine._tails.clear()
+    t = time.perf_counter()
+    state.push(window[-1])
+    state.tree()
+    return time.perf_counter() - t
 
 
 def main() -> None:

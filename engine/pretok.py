@@ -107,3 +107,276 @@ def _behavior(spec: dict) -> str:
     if behavior == "Removed" and invert:
         return "keep_matches"
     raise PretokenizerError(f"unsupported Split behavior {behavior!r} (invert={invert})")
+
+
+# ------------------------------------------------------------------ class machine
+END = -1  # pseudo class: the end of the text
+
+
+class UnsupportedPattern(ValueError):
+    """The Split regex uses syntax the class machine does not model (the caller falls back)."""
+
+
+_QUANT = regex.compile(r"\{(\d+)(?:(,)(\d*))?\}")
+
+
+class _Parser:
+    """Recursive descent over the regex subset the Split patterns use.
+
+    AST nodes: ("atom", k) one character test, ("cat", [..]), ("alt", [..]),
+    ("rep", node, lo, hi|None) greedy repetition, ("look", negative, [atom ks]).
+    """
+
+    def __init__(self, pattern: str, atoms: list[regex.Pattern[str]]) -> None:
+        self.p, self.i, self.atoms = pattern, 0, atoms
+        self.ignore_case = [False]
+
+    def parse(self) -> tuple:
+        node = self._alt()
+        if self.i != len(self.p):
+            raise UnsupportedPattern(f"unexpected {self.p[self.i]!r} at {self.i}")
+        return node
+
+    def _alt(self) -> tuple:
+        branches = [self._cat()]
+        while self.i < len(self.p) and self.p[self.i] == "|":
+            self.i += 1
+            branches.append(self._cat())
+        return branches[0] if len(branches) == 1 else ("alt", branches)
+
+    def _cat(self) -> tuple:
+        items = []
+        while self.i < len(self.p) and self.p[self.i] not in "|)":
+            items.append(self._quantified(self._primary()))
+        return ("cat", items)
+
+    def _quantified(self, node: tuple) -> tuple:
+        p = self.p
+        if self.i >= len(p):
+            return node
+        c = p[self.i]
+        if c in "?*+":
+            self.i += 1
+            lo, hi = {"?": (0, 1), "*": (0, None), "+": (1, None)}[c]
+        elif (m := _QUANT.match(p, self.i)) is not None:
+            self.i = m.end()
+            lo = int(m.group(1))
+            hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+        else:
+            return node
+        if self.i < len(p) and p[self.i] in "?+":
+            raise UnsupportedPattern("lazy or possessive quantifier")
+        return ("rep", node, lo, hi)
+
+    def _primary(self) -> tuple:
+        p, c = self.p, self.p[self.i]
+        if c == "(":
+            return self._group()
+        if c == "[":
+            end = self._class_end(self.i)
+            return self._atom(p[self.i : end], end)
+        if c == "\\":
+            m = regex.compile(r"\\[pP]\{[^}]+\}|\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}|\\.").match(p, self.i)
+            if m is None or m.group() in ("\\b", "\\B", "\\A", "\\Z", "\\G") or m.group()[1].isdigit():
+                raise UnsupportedPattern(f"escape at {self.i}")
+            return self._atom(m.group(), m.end())
+        if c in "^$":
+            raise UnsupportedPattern("anchors")
+        return self._atom(c, self.i + 1)
+
+    def _group(self) -> tuple:
+        p = self.p
+        heads = {"(?:": "plain", "(?i:": "icase", "(?!": "neg", "(?=": "pos"}
+        head = next((h for h in heads if p.startswith(h, self.i)), None)
+        if head is None and p.startswith("(?", self.i):
+            raise UnsupportedPattern(f"group kind at {self.i}")
+        kind = heads[head] if head is not None else "plain"
+        self.i += len(head) if head is not None else 1
+        self.ignore_case.append(kind == "icase" or self.ignore_case[-1])
+        body = self._alt()
+        self.ignore_case.pop()
+        if self.i >= len(p) or p[self.i] != ")":
+            raise UnsupportedPattern("unbalanced group")
+        self.i += 1
+        if kind in ("neg", "pos"):
+            return ("look", kind == "neg", _single_chars(body))
+        return body
+
+    def _class_end(self, start: int) -> int:
+        j = start + 1
+        if j < len(self.p) and self.p[j] == "^":
+            j += 1
+        if j < len(self.p) and self.p[j] == "]":
+            j += 1
+        while j < len(self.p) and self.p[j] != "]":
+            if self.p[j] == "[":
+                raise UnsupportedPattern("nested character set")
+            j += 2 if self.p[j] == "\\" else 1
+        if j >= len(self.p):
+            raise UnsupportedPattern("unterminated character set")
+        return j + 1
+
+    def _atom(self, src: str, end: int) -> tuple:
+        self.i = end
+        if src == ".":
+            src = "[^\\n]"
+        self.atoms.append(regex.compile(f"(?i:{src})" if self.ignore_case[-1] else src))
+        return ("atom", len(self.atoms) - 1)
+
+
+def _single_chars(node: tuple) -> list[int]:
+    """Atom indices of a lookahead body that tests exactly one character."""
+    if node[0] == "atom":
+        return [node[1]]
+    if node[0] == "cat" and len(node[1]) == 1:
+        return _single_chars(node[1][0])
+    if node[0] == "alt":
+        return [k for b in node[1] for k in _single_chars(b)]
+    raise UnsupportedPattern("lookahead longer than one character")
+
+
+def _emit(node: tuple, prog: list[list]) -> None:
+    """Thompson construction; ``split`` lists its preferred target first."""
+    kind = node[0]
+    if kind == "atom":
+        prog.append(["char", node[1]])
+    elif kind == "look":
+        prog.append(["look", node[1], tuple(node[2])])
+    elif kind == "cat":
+        for item in node[1]:
+            _emit(item, prog)
+    elif kind == "alt":
+        jumps = []
+        for n, branch in enumerate(node[1]):
+            if n < len(node[1]) - 1:
+                split = len(prog)
+                prog.append(["split", split + 1, None])
+                _emit(branch, prog)
+                jumps.append(len(prog))
+                prog.append(["jmp", None])
+                prog[split][2] = len(prog)
+            else:
+                _emit(branch, prog)
+        for j in jumps:
+            prog[j][1] = len(prog)
+    else:
+        _emit_rep(node, prog)
+
+
+def _emit_rep(node: tuple, prog: list[list]) -> None:
+    _, body, lo, hi = node
+    for _ in range(lo):
+        _emit(body, prog)
+    if hi is None:
+        loop = len(prog)
+        prog.append(["split", loop + 1, None])
+        _emit(body, prog)
+        prog.append(["jmp", loop])
+        prog[loop][2] = len(prog)
+        return
+    exits = []
+    for _ in range(hi - lo):
+        exits.append(len(prog))
+        prog.append(["split", len(prog) + 1, None])
+        _emit(body, prog)
+    for e in exits:
+        prog[e][2] = len(prog)
+
+
+class ClassMachine:
+    """Leftmost-first (backtracking-equivalent) matcher of one Split pattern, run over
+    character *classes* and determinized lazily: a Pike VM whose thread lists are states.
+
+    Two characters with the same class (answers to every character test of the pattern)
+    behave the same, so a state summarizes everything a match attempt remembers of the
+    characters it read. ``step(state, cls)`` first closes the state at the current
+    position (``cls`` is the next character, which lookaheads see; :data:`END` at the end
+    of the text) and reports whether a match ends here, then consumes the character.
+    The last position where a match was reported when the state dies is the match end.
+    """
+
+    DEAD, INIT = 0, 1
+
+    def __init__(self, pattern: str) -> None:
+        self.atoms: list[regex.Pattern[str]] = []
+        prog: list[list] = []
+        _emit(_Parser(pattern, self.atoms).parse(), prog)
+        prog.append(["match"])
+        self.prog = [tuple(op) for op in prog]
+        self.class_ids: dict[tuple[bool, ...], int] = {}
+        self.class_sigs: list[tuple[bool, ...]] = []
+        self._char_cls: dict[str, int] = {}
+        self.state_pcs: list[tuple[int, ...]] = [(), (0,)]
+        self._state_ids: dict[tuple[int, ...], int] = {(): 0, (0,): 1}
+        self._delta: dict[tuple[int, int], tuple[bool, int]] = {}
+
+    def char_class(self, ch: str) -> int:
+        cid = self._char_cls.get(ch)
+        if cid is None:
+            sig = tuple(a.fullmatch(ch) is not None for a in self.atoms)
+            cid = self.class_ids.setdefault(sig, len(self.class_sigs))
+            if cid == len(self.class_sigs):
+                self.class_sigs.append(sig)
+            self._char_cls[ch] = cid
+        return cid
+
+    def classes(self, text: str) -> list[int]:
+        return [self.char_class(ch) for ch in text]
+
+    def step(self, state: int, cls: int) -> tuple[bool, int]:
+        key = (state, cls)
+        hit = self._delta.get(key)
+        if hit is None:
+            hit = self._delta[key] = self._step(state, cls)
+        return hit
+
+    def _step(self, state: int, cls: int) -> tuple[bool, int]:
+        chars, matched = self._closure(self.state_pcs[state], cls)
+        if cls == END:
+            return matched, self.DEAD
+        sig = self.class_sigs[cls]
+        nxt = tuple(pc + 1 for pc in chars if sig[self.prog[pc][1]])
+        sid = self._state_ids.get(nxt)
+        if sid is None:
+            sid = self._state_ids[nxt] = len(self.state_pcs)
+            self.state_pcs.append(nxt)
+        return matched, sid
+
+    def _closure(self, pcs: tuple[int, ...], cls: int) -> tuple[list[int], bool]:
+        """Threads waiting for a character, in priority order; a reached ``match`` cuts
+        every lower-priority thread (leftmost-first semantics)."""
+        out: list[int] = []
+        seen: set[int] = set()
+        stack = list(reversed(pcs))
+        while stack:
+            pc = stack.pop()
+            if pc in seen:
+                continue
+            seen.add(pc)
+            op = self.prog[pc]
+            if op[0] == "char":
+                out.append(pc)
+            elif op[0] == "match":
+                return out, True
+            elif op[0] == "jmp":
+                stack.append(op[1])
+            elif op[0] == "split":
+                stack.extend((op[2], op[1]))
+            elif self._look_ok(op, cls):
+                stack.append(pc + 1)
+        return out, False
+
+    def _look_ok(self, op: tuple, cls: int) -> bool:
+        hit = cls != END and any(self.class_sigs[cls][k] for k in op[2])
+        return hit != op[1]
+
+    def match_end(self, classes: list[int], start: int = 0) -> int | None:
+        """End of the anchored match at ``start`` of a whole text (None: no match)."""
+        state, rec = self.INIT, None
+        for i in range(start, len(classes) + 1):
+            matched, state = self.step(state, classes[i] if i < len(classes) else END)
+            if matched:
+                rec = i
+            if state == self.DEAD:
+                break
+        return rec

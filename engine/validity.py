@@ -32,6 +32,7 @@ class Validity:
         self.rank = np.where(tok.rank == NO_MERGE, INF, tok.rank)
         self._build_partners()
         self._build_left_spine_index()
+        self.rinv_tok: np.ndarray | None = None  # right-spine index, built on first use
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
 
@@ -101,6 +102,30 @@ class Validity:
                 valid[self.inv_tok[cut:phi]] = False
         return valid
 
+    def predecessors(self, b: int) -> np.ndarray:
+        """Boolean mask over token ids: ``a`` with ``(a, b)`` valid (the mirror of
+        :meth:`successors`: walk ``b``'s left spine, invalidate every ``a`` whose right
+        spine holds a left partner that would merge first). Not cached: few callers."""
+        valid = self.tok.reachable.copy()
+        if not valid[b]:
+            valid[:] = False
+            return valid
+        if self.rinv_tok is None:
+            self._build_right_spine_index()
+        ys = self.left_spine(b)
+        f = self.rank
+        for j, y in enumerate(ys):
+            fy, fy_next = f[y], (f[ys[j + 1]] if j + 1 < len(ys) else INF)
+            lo, hi = self.lpart_ptr[y], self.lpart_ptr[y + 1]
+            syms, ranks = self.lpart_sym[lo:hi], self.lpart_rank[lo:hi]
+            keep = (ranks > fy) & (ranks <= fy_next) & (f[syms] < ranks)
+            for x, r in zip(syms[keep].tolist(), ranks[keep].tolist(), strict=True):
+                xlo, xhi = self.rinv_ptr[x], self.rinv_ptr[x + 1]
+                # entries of x's list are sorted by the rank of x's parent in a's right spine
+                cut = xlo + int(np.searchsorted(self.rinv_prank[xlo:xhi], r, side="right"))
+                valid[self.rinv_tok[cut:xhi]] = False  # type: ignore[index]
+        return valid
+
     def _build_partners(self) -> None:
         """CSR: for each left symbol, its right partners and merge ranks."""
         tok = self.tok
@@ -110,24 +135,34 @@ class Validity:
         self.part_sym, self.part_rank = rights[order], ranks[order]
         counts = np.bincount(lefts, minlength=tok.size)
         self.part_ptr = np.concatenate([[0], np.cumsum(counts)])
+        order = np.argsort(rights, kind="stable")
+        self.lpart_sym, self.lpart_rank = lefts[order], ranks[order]
+        counts = np.bincount(rights, minlength=tok.size)
+        self.lpart_ptr = np.concatenate([[0], np.cumsum(counts)])
 
     def _build_left_spine_index(self) -> None:
         """CSR: for each symbol p, tokens b whose left spine holds p, with f(parent of p)."""
+        self.inv_tok, self.inv_prank, self.inv_ptr = self._spine_index(self.tok.left)
+
+    def _build_right_spine_index(self) -> None:
+        """CSR: for each symbol x, tokens a whose right spine holds x, with f(parent of x)."""
+        self.rinv_tok, self.rinv_prank, self.rinv_ptr = self._spine_index(self.tok.right)
+
+    def _spine_index(self, child: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         tok = self.tok
         cur = np.flatnonzero(tok.reachable)
         owners, prank = cur.copy(), np.full(len(cur), INF, dtype=np.int64)
         all_sym, all_tok, all_prank = [cur], [owners], [prank]
         while True:
-            has = tok.left[cur] >= 0
+            has = child[cur] >= 0
             if not has.any():
                 break
             parent = cur[has]
-            cur, owners = tok.left[parent], owners[has]
+            cur, owners = child[parent], owners[has]
             all_sym.append(cur)
             all_tok.append(owners)
             all_prank.append(self.rank[parent])
         sym, toks, pr = (np.concatenate(a) for a in (all_sym, all_tok, all_prank))
         order = np.lexsort((pr, sym))
-        self.inv_tok, self.inv_prank = toks[order], pr[order]
         counts = np.bincount(sym, minlength=tok.size)
-        self.inv_ptr = np.concatenate([[0], np.cumsum(counts)])
+        return toks[order], pr[order], np.concatenate([[0], np.cumsum(counts)])

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import itertools
 import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import regex
 
+from .pretok import END, ClassMachine, UnsupportedPattern
 from .tokenizer import BPETokenizer, cache_root, load_tokenizer
 from .validity import Validity
 
@@ -34,9 +37,13 @@ PROBES: tuple[str, ...] = (
     "s", "t", "m", "d", "re", "ve", "ll",  # contraction suffixes
 )
 # fmt: on
+# the starts y[:j] of probes (b"" included): what a pre-token may take of a probe
+PROBE_ENDINGS: tuple[bytes, ...] = tuple(
+    sorted({y[:j].encode("utf-8") for y in PROBES for j in range(len(y) + 1)})
+)
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
 MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
-VCT_CACHE_VERSION = "1"  # bump when the cached per-token tables change meaning
+VCT_CACHE_VERSION = "2"  # bump when the cached per-token tables change meaning
 
 
 class PrefixError(ValueError):
@@ -130,19 +137,26 @@ class Engine:
         ids = [i for i, b in enumerate(tok.token_bytes) if b is not None]
         self.sorted_bytes = sorted((tok.token_bytes[i], i) for i in ids)
         self._sorted_keys = [b for b, _ in self.sorted_bytes]
-        self.max_token_len = max(len(b) for b, _ in self.sorted_bytes)
-        self.first_key, self.key_reps = self._first_keys()
+        self.sorted_ids = np.array([i for _, i in self.sorted_bytes], dtype=np.int64)
+        self.sorted_len = np.array([len(b) for b, _ in self.sorted_bytes], dtype=np.int64)
+        self.max_token_len = int(self.sorted_len.max())
         added = np.zeros(tok.size, dtype=bool)
         added[list(tok.added_text.values())] = True
         # a pre-token may start with any reachable token, or be one whole ignore_merges token
         self.starts_ok = (tok.reachable | (tok.is_text & tok.ignore_merges)) & ~added
-        self.tail_ok, self.whole_ok, self.irregular = self._token_tables()
-        self.irregular_ids = np.flatnonzero(self.irregular & self.whole_ok).tolist()
         # non-special added tokens are matched before pre-tokenization: checked by encoding
         self.added_ids = sorted(tok.added_text.values())
         self.is_added = added
+        self.machine = _class_machine(tok)
+        self.tail_ok, self.whole_ok, irregular = self._token_tables()
+        self.tables = LeafTables(self, self.machine) if self.machine is not None else None
+        if self.tables is not None and not self.tables.total:
+            self.tables = None
+        self._irregular_cached = irregular if self.tables is None else None
+        self._head_keys: tuple | None = None
         self._tails: OrderedDict[bytes, tuple] = OrderedDict()
         self.tail_cache_size = 4096
+        self._whole_cache: dict[bytes, dict[int, set[bytes]]] = {}
 
     def char_class(self, ch: str) -> int:
         cid = self._class_ids.get(ch)
@@ -155,6 +169,19 @@ class Engine:
     def head_key(self, text: str) -> tuple:
         """What the pre-tokenizer can see of a continuation: classes of its first 4 chars."""
         return tuple(self.char_class(c) for c in text[:4]) + (len(text) > 4,)
+
+    def head_keys(self) -> tuple[np.ndarray, list[str], list[bool], np.ndarray, list[int]]:
+        """(first_key, key_reps, key_long, irregular, irregular_ids) of the head-key
+        shortcut, computed on first use: only pre-tokenizers the class machine does not
+        model (chains of splits, NFKC ...) still use it."""
+        if self._head_keys is None:
+            first_key, reps = self._first_keys()
+            irregular = self._irregular_cached
+            if irregular is None or len(irregular) != self.tok.size:
+                irregular = self._irregular(first_key)
+            ids = np.flatnonzero(irregular & self.whole_ok).tolist()
+            self._head_keys = (first_key, reps, self.key_long, irregular, ids)
+        return self._head_keys
 
     def _first_keys(self) -> tuple[np.ndarray, list[str]]:
         """Group tokens by the classes of their first three characters (regex behaviour)."""
@@ -176,6 +203,12 @@ class Engine:
         self.key_long = [key[-1] for key in keys]
         return out, reps
 
+    def cache_file(self, kind: str) -> Path | None:
+        """On-disk cache of derived tables, keyed by the tokenizer's content hash."""
+        if not self.tok.digest:
+            return None
+        return cache_root() / f"{kind}-{self.tok.digest}-{VCT_CACHE_VERSION}.npz"
+
     def _token_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(tail_ok, whole_ok, irregular): per-token facts that take seconds to compute,
         cached on disk beside the tokenizer's normal form (keyed by its content hash)."""
@@ -187,7 +220,10 @@ class Engine:
         if cache is not None and cache.is_file():
             with np.load(cache) as arrays:
                 return arrays["tail_ok"], arrays["whole_ok"], arrays["irregular"]
-        tables = self._tail_ok(), self._whole_ok(), self._irregular()
+        # the head-key shortcut's table is only needed where the class machine is not used
+        irregular = self._irregular(self._first_keys()[0]) if self.machine is None else None
+        empty = np.zeros(0, dtype=bool)
+        tables = self._tail_ok(), self._whole_ok(), irregular if irregular is not None else empty
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(".tmp.npz")
@@ -233,20 +269,39 @@ class Engine:
             ok[i] = any(_no_cut_inside(spans(text + y), len(text)) for y in PROBES)
         return ok
 
-    def _irregular(self) -> np.ndarray:
+    def _irregular(self, first_key: np.ndarray) -> np.ndarray:
         """Tokens the head-key shortcut does not describe, checked one by one: those whose
         first 4 characters split differently alone than inside the whole token (runs of
         whitespace and newlines)."""
         out = np.zeros(self.tok.size, dtype=bool)
         spans = self.tok.pretokenizer.spans
-        for i in np.flatnonzero(self.first_key >= 0):
-            if not self.key_long[self.first_key[i]]:
+        for i in np.flatnonzero(first_key >= 0):
+            if not self.key_long[first_key[i]]:
                 continue
             text, _ = _split_lenient(self.tok.token_bytes[i])  # type: ignore[arg-type]
             window = len(text[:4]) - 1
             cuts_whole = {e for _, e in spans(text) if e < window}
             cuts_head = {e for _, e in spans(text[:4]) if e < window}
             out[i] = cuts_whole != cuts_head
+        return out
+
+    def whole_words(self, head: bytes) -> dict[int, set[bytes]]:
+        """Tokens T and probe endings e (``b""`` included) with ``head + T + e`` a token."""
+        hit = self._whole_cache.get(head)
+        if hit is not None:
+            return hit
+        out: dict[int, set[bytes]] = {}
+        lo, hi = self.token_range(head)
+        for word, _ in self.sorted_bytes[lo:hi]:
+            rest = word[len(head) :]
+            for ext in PROBE_ENDINGS:
+                if len(rest) > len(ext) and rest.endswith(ext):
+                    t = self.tok.bytes_to_id.get(rest[: len(rest) - len(ext)])
+                    if t is not None:
+                        out.setdefault(t, set()).add(ext)
+        if len(self._whole_cache) > 4096:
+            self._whole_cache.clear()
+        self._whole_cache[head] = out
         return out
 
     def token_range(self, prefix: bytes) -> tuple[int, int]:
@@ -298,7 +353,7 @@ def _split_lenient(data: bytes) -> tuple[str, bytes]:
     return text, dec.getstate()[0]
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def char_completions(partial: bytes) -> tuple[str, ...]:
     """Characters that complete a partial UTF-8 character: all of them when one byte is
     missing, else one per (Unicode category, first missing byte). The tests' oracle uses
@@ -395,9 +450,12 @@ class VCT:
         text, partial = split_utf8(region)
         if not text:
             return
-        spans_per_probe = [self.tok.pretokenizer.spans(text + y) for y in PROBES]
-        limit = len(text) if not partial else len(text)
-        common = _common_spans(spans_per_probe, limit)
+        spans = self.tok.pretokenizer.spans
+        first = spans(text + PROBES[0])
+        if not first or first[0][1] >= len(text):
+            return  # usual case, one regex run: the open pre-token still reaches the end
+        spans_per_probe = [first] + [spans(text + y) for y in PROBES[1:]]
+        common = _common_spans(spans_per_probe, len(text))
         if not common:
             return
         for s, e in common:
@@ -475,7 +533,7 @@ class _Node:
     last: int | None
     bounds: frozenset[int]  # byte offsets of token boundaries along the path (0 excluded)
     hyps: tuple[Hyp, ...]
-    leaves: list[int] = field(default_factory=list)
+    leaves: list[int] | np.ndarray = field(default_factory=list)
     children: list[_Node] = field(default_factory=list)
 
 
@@ -486,6 +544,9 @@ class _TailBuilder:
         self.region = region
         self.text, self.partial = split_utf8(region)
         self.text_bytes = len(region) - len(self.partial)
+        self.byte_offs = _char_byte_offsets(self.text)
+        self.char_at = {b: k for k, b in enumerate(self.byte_offs)}
+        self._classes: list[int] | None = None
 
     # hypotheses of where the pre-tokenizer splits, for text + continuation
     def hyps_for(self, cont: str, cont_bytes: int) -> list[tuple[list[int], int]]:
@@ -515,7 +576,7 @@ class _TailBuilder:
         self._prune(root)
         trunk: list[int] = []
         node = root
-        while not node.leaves and len(node.children) == 1:
+        while not len(node.leaves) and len(node.children) == 1:
             node = node.children[0]
             trunk.append(node.path[-1])
         out: list[TailNode] = []
@@ -523,19 +584,16 @@ class _TailBuilder:
         return tuple(trunk), out
 
     def _collect(self, node: _Node, skip: int, out: list[TailNode]) -> None:
-        out.append(
-            TailNode(
-                node.path[skip:],
-                node.pos == len(self.region),
-                np.array(sorted(set(node.leaves)), dtype=np.int64),
-            )
-        )
+        leaves = node.leaves
+        if not isinstance(leaves, np.ndarray):
+            leaves = np.unique(np.asarray(leaves, dtype=np.int64))
+        out.append(TailNode(node.path[skip:], node.pos == len(self.region), leaves))
         for child in node.children:
             self._collect(child, skip, out)
 
     def _prune(self, node: _Node) -> bool:
         node.children = [c for c in node.children if self._prune(c)]
-        return bool(node.leaves or node.children)
+        return bool(len(node.leaves) or node.children)
 
     # ------------------------------------------------------------ expansion
     def _expand(self, node: _Node) -> None:
@@ -587,19 +645,121 @@ class _TailBuilder:
         return True
 
     # -------------------------------------------------------------- leaves
-    def _straddlers(self, node: _Node) -> list[int]:
+    def _straddlers(self, node: _Node) -> list[int] | np.ndarray:
         """Tokens that cover the rest of the region from ``node`` and reach past it."""
         rest = self.region[node.pos :]
         lo, hi = self.e.token_range(rest)
-        cands = [t for b, t in self.e.sorted_bytes[lo:hi] if len(b) > len(rest)]
-        return self._exact_leaves(node, cands, len(rest))
+        ids = self.e.sorted_ids[lo:hi][self.e.sorted_len[lo:hi] > len(rest)]
+        got = self._table_leaves(node, ids)
+        if got is not None:
+            return got
+        return self._exact_leaves(node, ids.tolist(), len(rest))
 
-    def _end_children(self, node: _Node) -> list[int]:
+    def _end_children(self, node: _Node) -> list[int] | np.ndarray:
         if self.partial:  # only tokens that go on with the open character
             lo, hi = self.e.token_range(b"")
             cands = [t for b, t in self.e.sorted_bytes[lo:hi] if 0x80 <= b[0] < 0xC0]
             return self._exact_leaves(node, cands, 0)
+        got = self._table_leaves(node, None)
+        if got is not None:
+            return got
         return self._end_children_vectorized(node)
+
+    # ------------------------------------------------------- exact tables
+    def _table_leaves(self, node: _Node, cands: np.ndarray | None) -> np.ndarray | None:
+        """Leaves at ``node`` from the engine's :class:`LeafTables` (exact); None where
+        they do not apply (no class machine, a node inside a character, added text)."""
+        tables, machine, k = self.e.tables, self.e.machine, self.char_at.get(node.pos)
+        if tables is None or machine is None or k is None or self._has_added(self.text[:k]):
+            return None
+        if self._classes is None:
+            self._classes = machine.classes(self.text)
+        configs = scan_configs(machine, self._classes[:k])
+        if configs is None:
+            return None
+        verdict = self._config_verdicts(tables, node, configs, k)
+        exact = tables.needs_exact
+        if self.tok.added_text:
+            exact = exact | self._added_boundary(node.pos)
+        verdict &= ~(exact | tables.norm_bad)
+        check = np.flatnonzero(exact) if cands is None else cands[exact[cands]]
+        skip = len(self.region) - node.pos
+        verdict[[t for t in check.tolist() if self._exact_one(node, t, skip)]] = True
+        return np.flatnonzero(verdict) if cands is None else np.sort(cands[verdict[cands]])
+
+    def _config_verdicts(
+        self, tables: LeafTables, node: _Node, configs: list[Config], k: int
+    ) -> np.ndarray:
+        if configs[0][1] == k:  # the region ends on a split: a fresh pre-token
+            return tables.fresh_tok.copy()
+        verdict = np.zeros(self.tok.size, dtype=bool)
+        succ = self.e.validity.successors(node.last) if node.last is not None else None
+        chain = tuple(c[2] for c in configs)
+        for n, ((splits, s, _, _), (a_tok, b_tok)) in enumerate(
+            zip(configs, tables.masks(chain), strict=True)
+        ):
+            allow_a, allow_b = self._allow(node, splits, s)
+            if allow_a:
+                verdict |= a_tok
+            if allow_b and succ is not None:
+                bad = self._whole_open(self.region[self.byte_offs[s] : node.pos])
+                verdict |= b_tok & succ & ~np.isin(np.arange(self.tok.size), list(bad))
+                for t, exts in bad.items():
+                    if succ[t] and tables.continues(chain, n, t, exts):
+                        verdict[t] = True
+        return verdict
+
+    def _allow(self, node: _Node, splits: tuple[int, ...], s: int) -> tuple[bool, bool]:
+        """May the path be the encoding of the region's pre-tokens before the open attempt
+        (A: the attempt ends at the node, B: it goes on into the child)?"""
+        lengths = (len(self.tok.token_bytes[t] or b"") for t in node.path)
+        index = {0: 0} | {e: i + 1 for i, e in enumerate(itertools.accumulate(lengths))}
+        cuts = [0, *(self.byte_offs[c] for c in splits)]
+        if any(c not in index for c in cuts):
+            return False, False
+        for a, b in itertools.pairwise(cuts):
+            if node.path[index[a] : index[b]] != self.tok.encode_word(self.region[a:b]):
+                return False, False
+        s_b = self.byte_offs[s]
+        open_toks = node.path[index[s_b] :]
+        allow_a = open_toks == self.tok.encode_word(self.region[s_b : node.pos])
+        return allow_a, self._valid_run(open_toks)
+
+    def _valid_run(self, toks: tuple[int, ...]) -> bool:
+        """Can ``toks`` start the BPE of a longer pre-token (pairwise theorem)?"""
+        if not toks or not self.tok.reachable[toks[0]]:
+            return False
+        return all(self.e.validity.pair_valid(a, b) for a, b in itertools.pairwise(toks))
+
+    def _whole_open(self, head: bytes) -> dict[int, set[bytes]]:
+        """Under ignore_merges: tokens T, with the endings ``e``, for which ``head + T + e``
+        is itself a token (the encoder would emit that one token instead)."""
+        if not self.tok.ignore_merges:
+            return {}
+        return self.e.whole_words(head)
+
+    def _has_added(self, text: str) -> bool:
+        return any(a in text for a in self.tok.added_text)
+
+    def _added_boundary(self, pos: int) -> np.ndarray:
+        """Tokens that would complete a non-special added text begun before ``pos``."""
+        out = np.zeros(self.tok.size, dtype=bool)
+        head = self.region[:pos]
+        for text in self.tok.added_text:
+            a = text.encode("utf-8")
+            for k in range(1, len(a)):
+                if head.endswith(a[:k]):
+                    lo, hi = self.e.token_range(a[k:])
+                    out[self.e.sorted_ids[lo:hi]] = True
+                    for j in range(1, len(a) - k + 1):
+                        t = self.tok.bytes_to_id.get(a[k : k + j])
+                        if t is not None:
+                            out[t] = True
+        return out
+
+    def _exact_one(self, node: _Node, t: int, skip: int) -> bool:
+        data = self.region + self.tok.token_bytes[t][skip:]  # type: ignore[index]
+        return self._extends_canonically(node.path + (t,), data)
 
     def _exact_leaves(self, node: _Node, cands: list[int], skip: int) -> list[int]:
         """The candidates that extend ``node`` canonically, checked by encoding.
@@ -663,21 +823,425 @@ class _TailBuilder:
         return ok_new, ok_cont
 
     def _end_children_vectorized(self, node: _Node) -> list[int]:
+        """The head-key shortcut (not exact): tokens grouped by the classes of their first
+        4 characters, one verdict per group. Only for pre-tokenizers the class machine
+        does not model."""
         e = self.e
-        self._long_key = e.key_long
-        nkeys = len(e.key_reps)
-        ok_new = np.zeros(nkeys + 1, dtype=bool)  # last slot: tokens with key -1 (never)
-        ok_cont = np.zeros(nkeys + 1, dtype=bool)
-        for k, rep in enumerate(e.key_reps):
-            long = bool(self._long_key[k])
+        keys, reps, long_key, irregular, irregular_ids = e.head_keys()
+        ok_new = np.zeros(len(reps) + 1, dtype=bool)  # last slot: tokens with key -1 (never)
+        ok_cont = np.zeros(len(reps) + 1, dtype=bool)
+        for k, rep in enumerate(reps):
+            long = bool(long_key[k])
             ok_new[k], ok_cont[k] = self._leaf_verdicts(node, rep, len(rep.encode("utf-8")), long)
-        keys = e.first_key
         mask = ok_new[keys] & e.starts_ok & e.tail_ok
         if node.last is not None:
             mask |= ok_cont[keys] & e.validity.successors(node.last)
-        mask &= (keys >= 0) & e.whole_ok & ~e.irregular
-        exact = self._exact_leaves(node, e.irregular_ids + e.added_ids, 0)
+        mask &= (keys >= 0) & e.whole_ok & ~irregular
+        exact = self._exact_leaves(node, irregular_ids + e.added_ids, 0)
         return sorted(np.flatnonzero(mask).tolist() + exact)
+
+
+# ------------------------------------------------------------- exact leaf tables
+Config = tuple[tuple[int, ...], int, int, int | None]  # (splits, open start, state, pending end)
+
+
+def scan_configs(machine: ClassMachine, classes: list[int]) -> list[Config] | None:
+    """Scan a region (character classes) with a single Split pattern and return the open
+    match attempts it may end in, in order: ``(splits, s, state, pending)``.
+
+    The attempt that started at ``s`` is still running at the end; when what follows
+    does not extend it, it ends at ``pending`` (a match already seen inside the region)
+    and the scan restarts there, giving the next configuration. None when some attempt
+    finds no match at all (patterns that leave gaps are not modelled).
+    """
+    n, splits, s, out = len(classes), [], 0, []
+    while True:
+        state, rec, i = ClassMachine.INIT, None, s
+        while i < n:
+            matched, state = machine.step(state, classes[i])
+            rec = i if matched else rec
+            if state == ClassMachine.DEAD:
+                break
+            i += 1
+        if rec is not None and rec <= s:
+            return None  # an empty match: outside the model
+        if state == ClassMachine.DEAD:
+            if rec is None:
+                return None
+            splits, s = [*splits, rec], rec
+            continue
+        out.append((tuple(splits), s, state, rec))
+        if rec is None:
+            return out
+        splits, s = [*splits, rec], rec
+
+
+class LeafTables:
+    """Exact leaf verdicts for the whole vocabulary at once, from per-token tables.
+
+    Token ``t`` (text ``T``) is a leaf of a node at character offset ``p`` of the region
+    ``R`` iff for some probe ``y`` the encoding of ``R[:p] + T + y`` starts with the
+    node's path and ``t``. The pre-tokenizer half is decided by running the pattern's
+    :class:`ClassMachine` from the state the region leaves (see :func:`scan_configs`)
+    over ``T + y``: the open attempt ends at ``p`` (``t`` starts a pre-token; ``T + y`` is
+    then scanned fresh and must not split inside ``T``), inside ``T`` (never), or at or
+    past ``T``'s end after ``j`` characters of ``y`` (``t`` continues the open pre-token).
+    The BPE half reduces, by the pairwise theorem (paper section 3.4), to masks: pair
+    validity with the node's token, reachability, and validity of ``t`` before the first
+    token of those ``j`` characters. Per machine state the two resulting token masks are
+    cached, so a tree costs a few vector operations. Tokens the model does not cover
+    (non-special added text, characters the normalizer may merge across the boundary,
+    a whole in-vocabulary pre-token under ignore_merges) are listed for an exact check by
+    encoding instead.
+    """
+
+    def __init__(self, engine: Engine, machine: ClassMachine) -> None:
+        self.e, self.tok, self.m = engine, engine.tok, machine
+        cache = engine.cache_file("leaf")
+        saved = _load_arrays(cache)
+        if saved is not None:
+            self._restore(saved)
+        else:
+            self._build_rows()
+        self.probe_cls = [machine.classes(y) for y in PROBES]
+        self.n_cls = len(machine.class_sigs)  # table classes; END is column n_cls
+        self._dense_seen: set[int] = set()
+        self._dt = self._dm = np.zeros((0, 0))
+        self.total = self._is_total()
+        if not self.total:
+            return  # the engine falls back to the head-key shortcut
+        if saved is None:
+            self.needs_exact = self._needs_exact()
+            self.norm_bad = self._norm_bad()
+            self._bpe_masks()
+        self.fresh = list(saved["fresh"]) if saved is not None else self._fresh_masks()
+        if saved is None:
+            _save_arrays(cache, {**self._arrays(), "fresh": np.array(self.fresh)})
+        self._row_of: dict[int, int] | None = None
+        self.fresh_tok = self._tok_mask(np.logical_or.reduce(self.fresh))
+        self._masks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.cache_size = 128
+
+    def _is_total(self) -> bool:
+        """Does every character start a match of at least one character, whatever
+        follows? Then pre-tokens tile the text (no gaps), which the tables assume."""
+        m = self.m
+        for c in range(self.n_cls):
+            empty, state = m.step(ClassMachine.INIT, c)
+            if empty or not all(m.step(state, c2)[0] for c2 in [*range(self.n_cls), END]):
+                return False
+        return True
+
+    # ------------------------------------------------------------ disk cache
+    def _arrays(self) -> dict[str, np.ndarray]:
+        flat = [m for per_y in (*self.bpe_a, *self.bpe_b) for m in per_y]
+        return {
+            "sigs": np.array(self.m.class_sigs, dtype=bool).reshape(len(self.m.class_sigs), -1),
+            "row_tok": self.row_tok,
+            "row_len": self.row_len,
+            "row_partial": self.row_partial,
+            "cols": np.concatenate(self.cols),
+            "needs_exact": self.needs_exact,
+            "norm_bad": self.norm_bad,
+            "bpe": np.packbits(np.array(flat), axis=1),
+        }
+
+    def _restore(self, a: dict[str, np.ndarray]) -> None:
+        for sig in map(tuple, a["sigs"].tolist()):  # same class ids as when saved
+            self.m.class_ids[sig] = len(self.m.class_sigs)
+            self.m.class_sigs.append(sig)
+        self.row_tok, self.row_len, self.row_partial = a["row_tok"], a["row_len"], a["row_partial"]
+        counts = [int((self.row_len > i).sum()) for i in range(int(self.row_len.max()))]
+        self.cols = np.split(a["cols"], np.cumsum(counts)[:-1])
+        self.needs_exact, self.norm_bad = a["needs_exact"], a["norm_bad"]
+        flat = np.unpackbits(a["bpe"], axis=1, count=len(self.row_tok)).astype(bool)
+        sizes = [len(y) + 1 for y in PROBES]
+        bounds = np.cumsum([0, *sizes, *sizes])
+        per = [list(flat[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
+        self.bpe_a, self.bpe_b = per[: len(PROBES)], per[len(PROBES) :]
+
+    # ------------------------------------------------------------ token rows
+    def _build_rows(self) -> None:
+        """One row per token that starts on a character: the classes of its characters;
+        a token that ends inside a character gets one row per class of the characters
+        that complete it (the same completions the oracle tries)."""
+        seqs: list[list[int]] = []
+        toks: list[int] = []
+        partial_rows: list[bool] = []
+        for i, b in enumerate(self.tok.token_bytes):
+            if b is None or 0x80 <= b[0] < 0xC0:
+                continue
+            text, partial = _split_lenient(b)
+            if not text and not partial:
+                continue
+            head = self.m.classes(text)
+            tails = _completion_classes(self.m, partial) if partial else [None]
+            for c in tails:
+                seqs.append(head if c is None else [*head, c])
+                toks.append(i)
+                partial_rows.append(c is not None)
+        order = sorted(range(len(seqs)), key=lambda r: -len(seqs[r]))
+        self.row_tok = np.array([toks[r] for r in order], dtype=np.int64)
+        self.row_len = np.array([len(seqs[r]) for r in order], dtype=np.int16)
+        self.row_partial = np.array([partial_rows[r] for r in order], dtype=bool)
+        # column i holds the i-th class of every row longer than i (rows sorted longest first)
+        self.cols = [
+            np.array([seqs[r][i] for r in order[: int((self.row_len > i).sum())]], dtype=np.int32)
+            for i in range(int(self.row_len.max()))
+        ]
+
+    def _tok_mask(self, rows: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.tok.size, dtype=bool)
+        out[self.row_tok[rows]] = True
+        return out
+
+    # -------------------------------------------------------------- BPE side
+    def _bpe_masks(self) -> None:
+        """Per probe y and j (characters of y inside T's pre-token): may T's token come
+        first in the BPE of that pre-token? j = 0: T alone encodes to t (A: it starts the
+        pre-token; B: it continues one, so t must be reachable); j > 0: t must be valid
+        before the first BPE token of y[:j], and T + y[:j] must not be a whole token
+        under ignore_merges."""
+        tok, t = self.tok, self.row_tok
+        self._whole_by_ext: dict[bytes, list[int]] | None = None
+        reach = tok.reachable[t]
+        approx = self.e.tail_ok[t] & reach  # rows ending inside a character (README gap)
+        whole = tok.ignore_merges & tok.is_text[t]
+        self.bpe_a: list[list[np.ndarray]] = []
+        self.bpe_b: list[list[np.ndarray]] = []
+        for y in PROBES:
+            a_list, b_list = [np.where(self.row_partial, approx, reach | whole)], [np.where(self.row_partial, approx, reach)]
+            for j in range(1, len(y) + 1):
+                ext = y[:j].encode("utf-8")
+                first = tok._bpe_cached(ext)[0]
+                ok = reach & self.e.validity.predecessors(first)[t] & ~self._whole_with(ext)[t]
+                ok = np.where(self.row_partial, approx, ok)
+                a_list.append(ok)
+                b_list.append(ok)
+            self.bpe_a.append(a_list)
+            self.bpe_b.append(b_list)
+
+    def _whole_with(self, ext: bytes) -> np.ndarray:
+        """Tokens T with T + ext itself a token (ignore_merges would emit that one)."""
+        if self._whole_by_ext is None:
+            self._whole_by_ext = {}
+            if self.tok.ignore_merges:
+                endings = set(PROBE_ENDINGS) - {b""}
+                for b, _ in self.e.sorted_bytes:
+                    for cut in range(1, min(4, len(b))):
+                        t = self.tok.bytes_to_id.get(b[:-cut])
+                        if b[-cut:] in endings and t is not None:
+                            self._whole_by_ext.setdefault(b[-cut:], []).append(t)
+        out = np.zeros(self.tok.size, dtype=bool)
+        out[self._whole_by_ext.get(ext, [])] = True
+        return out
+
+    # ------------------------------------------------------- special tokens
+    def _needs_exact(self) -> np.ndarray:
+        """Tokens whose verdict the tables do not model: non-special added text (matched
+        before pre-tokenization) and text that contains it, and under NFC a token whose
+        first character may compose with what precedes it."""
+        tok = self.tok
+        out = self.e.is_added.copy()
+        texts = [a.encode("utf-8") for a in tok.added_text]
+        for i, b in enumerate(tok.token_bytes):
+            if b is None:
+                continue
+            if any(a in b for a in texts):
+                out[i] = True
+            elif tok.normalize is not None and b[:1] and not 0x80 <= b[0] < 0xC0:
+                head = _complete_head(b)
+                out[i] = bool(head) and not _nfc_boundary(head[0])
+        return out
+
+    def _norm_bad(self) -> np.ndarray:
+        """Tokens the normalizer rewrites: they never come out of the encoder."""
+        out = np.zeros(self.tok.size, dtype=bool)
+        if self.tok.normalize is None:
+            return out
+        for i, b in enumerate(self.tok.token_bytes):
+            if b is not None and not 0x80 <= b[0] < 0xC0:
+                text, _ = _split_lenient(b)
+                out[i] = self.tok.normalize(text) != text
+        return out
+
+    # ------------------------------------------------------ machine tables
+    def _dense(self, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """Transition and match tables over the table classes for every state reachable
+        from ``start`` (grown on demand: region characters may lead to new states)."""
+        if start not in self._dense_seen:
+            todo = [start]
+            self._dense_seen.add(start)
+            while todo:
+                st = todo.pop()
+                for c in [*range(self.n_cls), END]:
+                    _, nxt = self.m.step(st, c)
+                    if nxt not in self._dense_seen:
+                        self._dense_seen.add(nxt)
+                        todo.append(nxt)
+            size = len(self.m.state_pcs)
+            dt = np.zeros((size, self.n_cls + 1), dtype=np.int32)
+            dm = np.zeros((size, self.n_cls + 1), dtype=bool)
+            for st in self._dense_seen:
+                for c in [*range(self.n_cls), END]:
+                    dm[st, c], dt[st, c] = self.m.step(st, c)
+            self._dt, self._dm = dt, dm
+        return self._dt, self._dm
+
+    def run(self, state: int) -> list[np.ndarray]:
+        """Per probe y, for every row: where the attempt in ``state`` ends, in characters
+        from the row's start (-1: it ends before, inside the region)."""
+        dt, dm = self._dense(state)
+        st = np.full(len(self.row_tok), state, dtype=np.int32)
+        rec = np.full(len(self.row_tok), -1, dtype=np.int32)
+        for i, col in enumerate(self.cols):
+            k = len(col)
+            cur = st[:k]
+            rec[:k][dm[cur, col]] = i
+            st[:k] = dt[cur, col]
+        alive = np.flatnonzero(st != ClassMachine.DEAD)
+        out = []
+        for ycls in self.probe_cls:
+            r, s, base = rec.copy(), st[alive], self.row_len[alive].astype(np.int32)
+            for q, c in enumerate([*ycls, END]):
+                hit = dm[s, c]
+                r[alive[hit]] = base[hit] + q
+                s = dt[s, c]
+            out.append(r)
+        return out
+
+    def _fresh_masks(self) -> list[np.ndarray]:
+        """Per probe: rows whose text, scanned from a split, stays one pre-token that
+        encodes with t first (case A's second half)."""
+        out = []
+        for y, r in enumerate(self.run(ClassMachine.INIT)):
+            j = r - self.row_len
+            ok = np.zeros(len(r), dtype=bool)
+            for jj, mask in enumerate(self.bpe_a[y]):
+                ok |= (j == jj) & mask
+            out.append(ok)
+        return out
+
+    def masks(self, chain: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Token masks (A: ends the open attempt and starts a pre-token; B: continues it)
+        for each configuration of a chain of attempt states (see :func:`scan_configs`)."""
+        hit = self._masks.get(chain)
+        if hit is not None:
+            self._masks.move_to_end(chain)
+            return hit
+        runs = [self.run(st) for st in chain]
+        out = []
+        left = [np.ones(len(self.row_tok), dtype=bool) for _ in PROBES]
+        for recs in runs:
+            a = np.zeros(len(self.row_tok), dtype=bool)
+            b = np.zeros(len(self.row_tok), dtype=bool)
+            for y, r in enumerate(recs):
+                a |= left[y] & (r == 0) & self.fresh[y]
+                j = r - self.row_len
+                for jj, mask in enumerate(self.bpe_b[y]):
+                    b |= left[y] & (j == jj) & mask
+                left[y] &= r == -1  # the attempt ends inside the region: next configuration
+            out.append((self._tok_mask(a), self._tok_mask(b)))
+        self._masks[chain] = out
+        if len(self._masks) > self.cache_size:
+            self._masks.popitem(last=False)
+        return out
+
+    def continues(self, chain: tuple[int, ...], n: int, t: int, bad: set[bytes]) -> bool:
+        """Case B for one token, scalar: does some probe y end configuration ``n``'s
+        attempt inside y (after ``j`` characters, with ``y[:j]`` not in ``bad``) once the
+        earlier configurations have ended inside the region?"""
+        b = self.tok.token_bytes[t]
+        assert b is not None
+        text, partial = _split_lenient(b)
+        if partial or not text:
+            return False  # ignore_merges whole words are whole characters
+        cls = self.m.classes(text)
+        if self._row_of is None:
+            rows = np.flatnonzero(~self.row_partial)
+            self._row_of = dict(zip(self.row_tok[rows].tolist(), rows.tolist(), strict=True))
+        row = self._row_of.get(t)
+        for y, ycls in enumerate(self.probe_cls):
+            ends = [self._scalar_end(st, cls + ycls) for st in chain[: n + 1]]
+            if any(e != -1 for e in ends[:n]):
+                continue  # an earlier configuration already decides this probe
+            j = ends[n] - len(cls)
+            ext = PROBES[y][:j].encode("utf-8") if j >= 0 else None
+            if ext is not None and ext not in bad and row is not None and self.bpe_b[y][j][row]:
+                return True
+        return False
+
+    def _scalar_end(self, state: int, classes: list[int]) -> int:
+        rec = -1
+        for i, c in enumerate([*classes, END]):
+            matched, state = self.m.step(state, c)
+            rec = i if matched else rec
+            if state == ClassMachine.DEAD:
+                break
+        return rec
+
+
+def _completion_classes(machine: ClassMachine, partial: bytes) -> set[int]:
+    return {machine.char_class(c) for c in char_completions(partial)}
+
+
+def _load_arrays(path: Path | None) -> dict[str, np.ndarray] | None:
+    if path is None or not path.is_file():
+        return None
+    with np.load(path) as arrays:
+        return {k: arrays[k] for k in arrays.files}
+
+
+def _save_arrays(path: Path | None, arrays: dict[str, np.ndarray]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+
+
+def _class_machine(tok: BPETokenizer) -> ClassMachine | None:
+    """The class machine of a single-Split pre-tokenizer (None for chains, unsupported
+    syntax, or a normalizer other than NFC, whose effect can cross token boundaries)."""
+    splits = tok.pretokenizer.splits
+    if len(splits) != 1 or not _nfc_or_none(tok):
+        return None
+    try:
+        return ClassMachine(splits[0][0].pattern)
+    except UnsupportedPattern:
+        return None
+
+
+def _nfc_or_none(tok: BPETokenizer) -> bool:
+    norm = tok.normalize
+    if norm is None:
+        return True
+    # NFC, told apart from the other supported normalizers by what each does
+    return norm("e\u0301") == "\u00e9" and norm("\ufb01") == "\ufb01" and norm("A") == "A"
+
+
+@lru_cache(maxsize=1)
+def _nfc_composing() -> frozenset[str]:
+    """Characters NFC may merge into the character before them (second halves of
+    canonical compositions, Hangul vowel and trailing jamo)."""
+    out = {chr(c) for c in range(0x1161, 0x1176)} | {chr(c) for c in range(0x11A8, 0x11C3)}
+    for cp in range(0x110000):
+        d = unicodedata.decomposition(chr(cp))
+        if d and not d.startswith("<"):
+            parts = d.split()
+            if len(parts) == 2:
+                out.add(chr(int(parts[1], 16)))
+    return frozenset(out)
+
+
+def _nfc_boundary(ch: str) -> bool:
+    """True when NFC never merges ``ch`` with what comes before it."""
+    return unicodedata.combining(ch) == 0 and ch not in _nfc_composing()
+
+
+def _char_byte_offsets(text: str) -> list[int]:
+    return [0, *itertools.accumulate(len(ch.encode("utf-8")) for ch in text)]
 
 
 # ------------------------------------------------------------------ loading

@@ -9,6 +9,7 @@ the engine but the probe list and the tokenizer file.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import random
 
@@ -59,8 +60,7 @@ def brute_force_tree(
     Nodes ending exactly at the end of the prefix get only ``end_sample`` as candidate
     children (checking the whole vocabulary there would take minutes).
     """
-    by_bytes = {b: i for i, b in enumerate(tok.token_bytes) if b is not None}
-    items = [(b, i) for i, b in enumerate(tok.token_bytes) if b is not None]
+    by_bytes, items, keys = _vocab(tok)
     straddle: dict[int, list[int]] = {}
     found: set[tuple[int, ...]] = set()
     frontier: list[tuple[tuple[int, ...], int]] = [((), 0)]
@@ -72,8 +72,10 @@ def brute_force_tree(
                 leaves.extend(path + (t,) for t in end_sample)
                 continue
             rest = prefix[pos:]
-            if pos not in straddle:
-                straddle[pos] = [i for b, i in items if len(b) > len(rest) and b.startswith(rest)]
+            if pos not in straddle:  # tokens that start with rest: a range of the sorted vocabulary
+                lo = bisect.bisect_left(keys, rest)
+                hi = bisect.bisect_left(keys, rest + b"\xff" * (len(keys[-1]) + 256))
+                straddle[pos] = [i for b, i in items[lo:hi] if len(b) > len(rest)]
             leaves.extend(path + (t,) for t in straddle[pos])
             for k in range(1, len(rest) + 1):
                 t = by_bytes.get(rest[:k])
@@ -84,6 +86,17 @@ def brute_force_tree(
         found |= {p for p in ok_inner if len(tok.decode(p)) == len(prefix)}
         frontier = [(p, len(tok.decode(p))) for p in ok_inner]
     return found
+
+
+_VOCABS: dict[int, tuple] = {}
+
+
+def _vocab(tok: BPETokenizer) -> tuple[dict[bytes, int], list[tuple[bytes, int]], list[bytes]]:
+    """Token lookup and the vocabulary sorted by bytes (built once per tokenizer)."""
+    if id(tok) not in _VOCABS:
+        items = sorted((b, i) for i, b in enumerate(tok.token_bytes) if b is not None)
+        _VOCABS[id(tok)] = (dict(items), items, [b for b, _ in items])
+    return _VOCABS[id(tok)]
 
 
 def tree_sequences(tree, end_sample: list[int]) -> set[tuple[int, ...]]:

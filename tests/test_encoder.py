@@ -94,3 +94,20 @@ def test_unsupported_tokenizers_are_rejected(tmp_path) -> None:
         load_tokenizer(tmp_path / "sp.json")
     with pytest.raises(TokenizerError, match="no tokenizer.json"):
         load_tokenizer(tmp_path / "missing")
+
+
+def test_class_machine_matches_regex(tokenizer_name: str) -> None:
+    """The class machine behind the exact leaf tables ends every anchored match where the
+    regex module does (each level of a chain of splits, from every start offset)."""
+    from midword.engine.pretok import ClassMachine
+
+    tok = load_engine(str(tokenizer_path(tokenizer_name))).tok
+    for pattern, _ in tok.pretokenizer.splits:
+        machine = ClassMachine(pattern.pattern)
+        for text in CORPUS + _fragments(2, 300):
+            classes = machine.classes(text)
+            for start in range(len(text)):
+                m = pattern.match(text, start)
+                want = m.end() if m is not None and m.end() > start else None
+                got = machine.match_end(classes, start)
+                assert got == want or (m is not None and m.end() == start), (text, start)

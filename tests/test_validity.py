@@ -29,7 +29,9 @@ def test_pairs_match_brute_force(tokenizer_name: str) -> None:
     eng = load_engine(str(tokenizer_path(tokenizer_name)))
     tok, v = eng.tok, eng.validity
     rng = random.Random(7)
-    ids = np.flatnonzero(tok.reachable & ~np.isin(np.arange(tok.size), list(tok.added_text.values())))
+    ids = np.flatnonzero(
+        tok.reachable & ~np.isin(np.arange(tok.size), list(tok.added_text.values()))
+    )
     invalid = 0
     for _ in range(100_000):
         a, b = _biased_pair(v, ids, rng)
@@ -59,3 +61,15 @@ def test_masks_equal_pair_checks(tokenizer_name: str) -> None:
         mask = v.successors(int(a))
         for b in rng.sample(list(ids), 300):
             assert mask[b] == v.pair_valid(int(a), int(b))
+
+
+def test_predecessor_masks_equal_pair_checks(tokenizer_name: str) -> None:
+    eng = load_engine(str(tokenizer_path(tokenizer_name)))
+    tok, v = eng.tok, eng.validity
+    rng = random.Random(4)
+    ids = np.flatnonzero(tok.reachable)
+    singles = [int(tok.byte_ids[c]) for c in b"a \n"]
+    for b in rng.sample(list(ids), 8) + singles:
+        mask = v.predecessors(int(b))
+        for a in rng.sample(list(ids), 300):
+            assert mask[a] == v.pair_valid(int(a), int(b))

@@ -10,7 +10,13 @@ from midword.engine.vct import MAX_PREFIX_BYTES, VCT, PrefixError, build_tree, l
 
 from .conftest import tokenizer_path
 from .corpus import CORPUS
-from .oracle import brute_force_tree, real_encoder, sample_ids, tree_sequences
+from .oracle import (
+    brute_force_tree,
+    canonical_prefixes,
+    real_encoder,
+    sample_ids,
+    tree_sequences,
+)
 
 PINNED = ["Helmo", "I'", "12", "a b", "Eq", "x = 12045", "don't", "中文", "中".encode()[:2]]
 
@@ -146,6 +152,22 @@ def test_pinned_exactness_cases() -> None:
     paths = _leaf_paths(apostrophe, ll3.tok)
     assert (b"I", b"'", b"_cou") not in paths  # "'_" is one pre-token
     assert (b"I", b"'s") in paths
+
+
+def test_end_children_after_punctuation_newlines() -> None:
+    """o200k keeps newlines and slashes with punctuation (`=>\n\n//` is one pre-token):
+    every end child starting with those bytes matches the real encoder, as a set."""
+    path = tokenizer_path("gpt4o")
+    eng, hf = load_engine(str(path)), real_encoder(path)
+    tok = eng.tok
+    tree = build_tree(eng, b"p((v) =>")
+    node = next(n for n in tree.nodes if n.ends_at_prefix_end)
+    sample = [i for i, b in enumerate(tok.token_bytes) if b and b[:1] in (b"\n", b"\r", b"/")]
+    mine = {int(t) for t in node.leaves if int(t) in set(sample)}
+    base = tuple(tree.trunk) + tuple(node.path)
+    truth = canonical_prefixes(hf, tok, [base + (t,) for t in sample])
+    assert mine == {s[-1] for s in truth}
+    assert tok.bytes_to_id[b"\n\n//"] in mine
 
 
 def test_ignore_merges_tokens_stay_at_splits() -> None:
