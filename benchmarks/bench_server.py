@@ -90,7 +90,7 @@ async def replay(controller: Controller, base: str, typed: str, clock: ForwardCl
     rows = []
     for ch in typed:
         if rebuild:
-            controller.host._completers.clear()  # no live VCT, no KV cache: a cold request
+            controller.host._documents.clear()  # no live VCT, no KV cache: a cold request
         version += 1
         before = clock.seconds
         seconds, answer = await keystroke(controller, ch, line, col, version)

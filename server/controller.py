@@ -135,9 +135,8 @@ class Controller:
         return _edit_items(doc, cursor, answer.texts[0], self.encoding)
 
     def _scope(self, doc: Document, cursor: Cursor, policy: str) -> Scope:
-        engine = self.host.engine
         # Special and added tokens' text must never be inserted, even spelled out in bytes.
-        specials = tuple(a.content for a in engine.tok.added) if engine is not None else ()
+        specials = self.host.special_texts()
         return scope_for(doc.line_prefix(cursor), doc.line_suffix(cursor), policy, specials)
 
     async def _run(self, doc: Document, cursor: Cursor, scope: Scope, items: int) -> Answer:

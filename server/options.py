@@ -12,6 +12,8 @@ line that the server shows to the user.
 ['midword.topP = 2 is invalid (expected a number with 0 < topP <= 1); using 1.0']
 >>> needs_reload(opts, parse_options({"model": "/m"})[0])
 True
+>>> parse_options({"ensemble": ["/a", "/b"], "ensembleWeights": [1, -1]})[0].ensemble_weights
+(1.0, -1.0)
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
 MODES = ("pbp", "bytes")
 MULTILINE = ("auto", "always", "never")
 LOG_LEVELS = ("error", "warning", "info", "debug")
-RELOAD_FIELDS = ("model", "device", "dtype")  # a change to these reloads the model
+COMBINES = ("mix", "product")
+# a change to these reloads the model(s)
+RELOAD_FIELDS = ("model", "device", "dtype", "ensemble", "ensemble_weights", "ensemble_combine")
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,10 @@ class ServerOptions:
     model: str = ""  # "" = the default model shipped with midword
     device: str = "auto"
     dtype: str = "auto"
+    # a byte-level ensemble of these model folders instead of ``model`` (engine/ensemble.py)
+    ensemble: tuple[str, ...] = ()
+    ensemble_weights: tuple[float, ...] = ()  # () = equal weights
+    ensemble_combine: str = "mix"
     method: str = "bytesampler"
     mode: str = "pbp"
     temperature: float = 0.0
@@ -72,11 +80,33 @@ def _integer(low: int) -> Check:
     return lambda v: _number(low)(v) and float(v).is_integer()
 
 
+def _list_of(item: Check) -> Check:
+    return lambda v: isinstance(v, list) and all(item(x) for x in v)
+
+
+def _finite(v: Any) -> bool:
+    return _number(-math.inf)(v)
+
+
+def _convert(default: Any, value: Any) -> Any:
+    """A checked JSON value in the field's Python type (lists become tuples)."""
+    if isinstance(default, tuple):  # lists of strings or of numbers (weights are floats)
+        return tuple(x if isinstance(x, str) else float(x) for x in value)
+    return type(default)(value)
+
+
 # field -> (JSON key, check, what is expected)
 _SPEC: dict[str, tuple[str, Check, str]] = {
     "model": ("model", lambda v: isinstance(v, str), "a string"),
     "device": ("device", *_one_of(DEVICES)),
     "dtype": ("dtype", *_one_of(DTYPES)),
+    "ensemble": (
+        "ensemble",
+        _list_of(lambda v: isinstance(v, str) and bool(v)),
+        "a list of model folders",
+    ),
+    "ensemble_weights": ("ensembleWeights", _list_of(_finite), "a list of finite numbers"),
+    "ensemble_combine": ("ensembleCombine", *_one_of(COMBINES)),
     "method": ("method", *_one_of(METHODS)),
     "mode": ("mode", *_one_of(MODES)),
     "temperature": ("temperature", _number(0), "a number >= 0"),
@@ -110,8 +140,7 @@ def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOp
         if key not in data or data[key] is None:
             values[f.name] = getattr(base, f.name)
         elif check(data[key]):
-            kind = type(getattr(ServerOptions(), f.name))
-            values[f.name] = kind(data[key])
+            values[f.name] = _convert(getattr(ServerOptions(), f.name), data[key])
         else:
             default = getattr(ServerOptions(), f.name)
             problems.append(

@@ -4,19 +4,20 @@ The event loop never touches the model. `ModelHost` runs every model call on a
 single worker thread (requests are serialized, so one model serves every
 document), loads models on a separate loader thread (so ``initialize`` is
 answered at once and completions answer empty while loading), and keeps one
-`Completer` per open document: its ByteSampler holds the document's live VCT
-and its session the KV cache of the document's prompt window.
+live document per open buffer (server/live.py): for one model a `Completer`,
+whose ByteSampler holds the document's live VCT and whose session holds the KV
+cache of the document's prompt window; for a byte-level ensemble one of each per
+member.
 
 Example (a fake model, no torch needed)::
 
     host = ModelHost(on_status=print)
-    host.use(FakeModel(engine.tok.size), engine, "fake")
+    host.use(SingleModel(FakeModel(engine.tok.size), engine), "fake")
     answer = host.submit(Request(...)).result()
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -29,9 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
-    from midword.engine.generate import Completer, Settings
+    from midword.engine.generate import Settings
     from midword.engine.vct import Engine
 
+from .live import Backend, EnsembleModels, LiveDocument, SingleModel
 from .memory import release_memory
 from .options import ServerOptions
 from .scope import Scope, finalize
@@ -109,22 +111,21 @@ class ModelHost:
         self.on_progress = on_progress
         self.status = Status("loading", "", "no model loaded yet")
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="midword-model")
-        self._model: Any = None
-        self._engine: Engine | None = None
-        self._completers: OrderedDict[str, Completer] = OrderedDict()
+        self._backend: Backend | None = None
+        self._documents: OrderedDict[str, LiveDocument] = OrderedDict()
         self._pending_sync: dict[str, bytes] = {}
         self._lock = threading.Lock()  # guards _pending_sync and the load generation
         self._generation = 0
-        self._watcher: ModelWatcher | None = None
+        self._watchers: list[ModelWatcher] = []
 
     # ------------------------------------------------------------------ status
     @property
     def ready(self) -> bool:
         return self.status.state == "ready"
 
-    @property
-    def engine(self) -> Engine | None:
-        return self._engine
+    def special_texts(self) -> tuple[str, ...]:
+        """Text of the loaded tokenizers' special and added tokens (never inserted)."""
+        return self._backend.special_texts() if self._backend is not None else ()
 
     def _set_status(self, status: Status) -> None:
         self.status = status
@@ -139,43 +140,61 @@ class ModelHost:
         with self._lock:
             self._generation += 1
             generation = self._generation
-        name = options.model or str(default_model_dir())
-        self._watch(name, options)
-        self._set_status(Status("loading", _short(name), "loading the model"))
+        names = list(options.ensemble) or [options.model or str(default_model_dir())]
+        name = " + ".join(_short(n) for n in names)
+        self._watch(names, options)
+        self._set_status(Status("loading", name, "loading the model"))
         thread = threading.Thread(
-            target=self._load, args=(options, name, generation), name="midword-load", daemon=True
+            target=self._load, args=(options, names, generation), name="midword-load", daemon=True
         )
         thread.start()
         return thread
 
-    def _load(self, options: ServerOptions, name: str, generation: int) -> None:
+    def _load(self, options: ServerOptions, names: list[str], generation: int) -> None:
         started = time.perf_counter()
+        name = " + ".join(_short(n) for n in names)
         try:
-            model, engine = self._load_parts(options, name)
+            backend = self._load_backend(options, names)
         except Exception as exc:  # any failure leaves the server up, answering empty
             log.error("model load failed: %s", exc)
             if generation == self._generation:
-                self._set_status(Status("error", _short(name), f"model load failed: {exc}"))
+                self._set_status(Status("error", name, f"model load failed: {exc}"))
             self.on_progress("", 100)
             return
         if generation != self._generation:
             return  # a newer load was asked for meanwhile
-        self._worker.submit(self.use, model, engine, _short(name)).result()
+        self._worker.submit(self.use, backend, name).result()
         log.info("model %s ready in %.1f s", name, time.perf_counter() - started)
         self.on_progress("", 100)
 
-    def _load_parts(self, options: ServerOptions, name: str) -> tuple[Any, Engine]:
+    def _load_backend(self, options: ServerOptions, names: list[str]) -> Backend:
+        """One model, or the members of the configured ensemble (weights checked first)."""
+        if not options.ensemble:
+            return SingleModel(*self._load_parts(options, names[0], 0, 1))
+        from midword.engine.ensemble import check_weights
+
+        weights = options.ensemble_weights or (1.0,) * len(names)
+        check_weights(weights, len(names), options.ensemble_combine)  # before anything loads
+        members = [self._load_parts(options, n, k, len(names)) for k, n in enumerate(names)]
+        return EnsembleModels(members, weights, options.ensemble_combine)
+
+    def _load_parts(self, options: ServerOptions, name: str, k: int, n: int) -> tuple[Any, Engine]:
+        """Model ``k`` of ``n``: its tokenizer, covering-tree tables and weights."""
         from midword.engine.backend import BackendError
         from midword.engine.generate import Completer, Settings
         from midword.engine.hf_backend import load_hf_model
         from midword.engine.tokenizer import load_tokenizer
         from midword.engine.vct import Engine
 
-        self.on_progress("reading the tokenizer", 5)
+        def progress(message: str, percent: int) -> None:
+            which = f" ({k + 1}/{n}: {_short(name)})" if n > 1 else ""
+            self.on_progress(message + which, (100 * k + percent) // n)
+
+        progress("reading the tokenizer", 5)
         engine = Engine(load_tokenizer(name))
-        self.on_progress("building the covering-tree tables", 20)
+        progress("building the covering-tree tables", 20)
         _warm_engine(engine)
-        self.on_progress("loading the model weights", 50)
+        progress("loading the model weights", 50)
         _quiet_transformers()
         model = load_hf_model(name, device=options.device, dtype=options.dtype)
         if model.vocab_size < engine.tok.size:
@@ -185,26 +204,29 @@ class ModelHost:
             )
         if model.device.type == "cpu":
             _limit_cpu_threads()
-        self.on_progress("warming up", 90)
+        progress("warming up", 90)
         Completer(model, engine).complete(WARMUP_PREFIX, Settings(max_tokens=2))
         return model, engine
 
-    def _watch(self, name: str, options: ServerOptions) -> None:
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher = None
-        if Path(name).is_dir():
-            self._watcher = ModelWatcher(Path(name), lambda: self._reload_changed(options))
-            self._watcher.start()
+    def _watch(self, names: list[str], options: ServerOptions) -> None:
+        for watcher in self._watchers:
+            watcher.stop()
+        self._watchers = [
+            ModelWatcher(Path(n), lambda: self._reload_changed(options))
+            for n in names
+            if Path(n).is_dir()
+        ]
+        for watcher in self._watchers:
+            watcher.start()
 
     def _reload_changed(self, options: ServerOptions) -> None:
         log.info("the model's files changed: loading it again")
         self.load(options)
 
-    def use(self, model: Any, engine: Engine, name: str) -> None:
+    def use(self, backend: Backend, name: str) -> None:
         """Switch to a loaded model (runs on the worker thread, between requests)."""
-        self._model, self._engine = model, engine
-        self._completers.clear()
+        self._backend = backend
+        self._documents.clear()
         self._set_status(Status("ready", name, "ready"))
 
     # ------------------------------------------------------------------ documents
@@ -224,12 +246,7 @@ class ModelHost:
         if prefix is None or not self.ready:
             return
         try:
-            completer = self._completer(uri)
-            completer.sampler.reset(prefix)
-            # Prefill the KV cache with the settled tokens while the user types, so the next
-            # request only scores the tail (after a paste or a newly opened buffer this is
-            # the expensive part).
-            completer.session.logprobs(completer.sampler.vct.tree().trunk, [()])
+            self._document(uri).sync(prefix)
         except PrefixError as exc:
             log.debug("sync of %s skipped: %s", uri, exc)
         except Exception as exc:  # a model error here resurfaces on the next request
@@ -240,35 +257,30 @@ class ModelHost:
         return self._worker.submit(self._drop, uri)
 
     def _drop(self, uri: str) -> None:
-        self._completers.pop(uri, None)
+        self._documents.pop(uri, None)
         release_memory()
 
-    def _completer(self, uri: str) -> Completer:
-        from midword.engine.generate import Completer
-
-        completer = self._completers.get(uri)
-        if completer is None:
-            completer = Completer(self._model, self._engine)
-            self._completers[uri] = completer
-            while len(self._completers) > MAX_LIVE_DOCUMENTS:
-                self._completers.popitem(last=False)
-        self._completers.move_to_end(uri)
-        return completer
+    def _document(self, uri: str) -> LiveDocument:
+        document = self._documents.get(uri)
+        if document is None:
+            assert self._backend is not None  # callers check `ready`
+            document = self._backend.document()
+            self._documents[uri] = document
+            while len(self._documents) > MAX_LIVE_DOCUMENTS:
+                self._documents.popitem(last=False)
+        self._documents.move_to_end(uri)
+        return document
 
     def live_documents(self) -> Future[int]:
         """How many documents hold a live VCT and KV cache."""
-        return self._worker.submit(len, self._completers)
+        return self._worker.submit(len, self._documents)
 
     def live_state(self, uri: str) -> Future[dict[str, Any] | None]:
         """The document's live VCT: prefix and tree (for tests and debugging)."""
 
         def read() -> dict[str, Any] | None:
-            completer = self._completers.get(uri)
-            if completer is None:
-                return None
-            vct = completer.sampler.vct
-            tree = json.loads(json.dumps(vct.tree().to_json(), default=int))  # numpy ints
-            return {"prefix": vct.prefix.hex(), "tree": tree}
+            document = self._documents.get(uri)
+            return document.state() if document is not None else None
 
         return self._worker.submit(read)
 
@@ -285,29 +297,26 @@ class ModelHost:
         if not req.is_current():
             raise Interrupted("superseded before it started")
         started = time.perf_counter()
-        completer = self._completer(req.uri)
+        document = self._document(req.uri)
         with self._lock:
             self._pending_sync.pop(req.uri, None)  # this request syncs the VCT itself
+        tokens_before = document.inference_tokens
         try:
-            completer.sampler.reset(req.prefix)
-            completer.sampler.vct.tree()
+            document.prepare(req.prefix, req.settings[0].method)
         except PrefixError as exc:
             return Answer(reason=f"cannot complete here: {exc}")
         answer = Answer(sync_ms=_ms(started))
-        tokens_before = completer.session.inference_tokens
-        if req.settings[0].method == "bytesampler":
-            completer.sampler.leaf_set()  # scores the tree once; every item reuses the rows
-        answer.tree_tokens = completer.session.inference_tokens - tokens_before
+        answer.tree_tokens = document.inference_tokens - tokens_before
         # The budget bounds generation, not the prompt's first prefill: a cold buffer must
         # still get an answer (later keystrokes reuse the cache and are fast).
         deadline = time.perf_counter() + req.budget
-        self._sample_items(completer, req, answer, deadline)
-        answer.tokens = completer.session.inference_tokens - tokens_before
+        self._sample_items(document, req, answer, deadline)
+        answer.tokens = document.inference_tokens - tokens_before
         answer.model_ms = _ms(started) - answer.sync_ms - answer.post_ms
         return answer
 
     def _sample_items(
-        self, completer: Completer, req: Request, answer: Answer, deadline: float
+        self, document: LiveDocument, req: Request, answer: Answer, deadline: float
     ) -> None:
         from midword.engine.backend import BackendError
 
@@ -315,7 +324,7 @@ class ModelHost:
             if len(answer.texts) >= req.max_items or time.perf_counter() >= deadline:
                 break
             try:
-                result = completer.complete(
+                result = document.complete(
                     req.prefix,
                     settings,
                     should_stop=lambda: not req.is_current(),
@@ -337,8 +346,8 @@ class ModelHost:
             answer.reason = "the model suggests nothing here"
 
     def shutdown(self) -> None:
-        if self._watcher is not None:
-            self._watcher.stop()
+        for watcher in self._watchers:
+            watcher.stop()
         self._worker.shutdown(wait=False, cancel_futures=True)
 
 

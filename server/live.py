@@ -1,0 +1,179 @@
+"""What the worker keeps per open document: a live VCT and KV cache for one model,
+or one per member of a byte-level ensemble.
+
+A `Backend` is what a load produces (one model, or an ensemble's members); its
+`document()` makes the per-document state. The worker only talks to these two
+small interfaces, so a single model and an ensemble are served the same way.
+
+Example (a fake model, no torch needed)::
+
+    backend = SingleModel(FakeModel(engine.tok.size), engine)
+    doc = backend.document()
+    doc.prepare(b"def pri", "bytesampler")
+    doc.complete(b"def pri", Settings(), should_stop=None, cut=None, deadline=None).text
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
+    from midword.engine.ensemble import Ensemble
+    from midword.engine.generate import Completer, Completion, Settings
+    from midword.engine.vct import Engine
+
+__all__ = ["Backend", "EnsembleModels", "LiveDocument", "SingleModel"]
+
+StopFn = Callable[[], bool] | None
+CutFn = Callable[[str], int | None] | None
+
+
+class LiveDocument(Protocol):
+    """One document's live state on the worker thread."""
+
+    @property
+    def inference_tokens(self) -> int: ...
+
+    def sync(self, prefix: bytes) -> None:
+        """Move the live VCT to ``prefix`` and prefill the KV cache with its settled tokens."""
+
+    def prepare(self, prefix: bytes, method: str) -> None:
+        """Move to ``prefix`` and score what every item of a request shares (PrefixError)."""
+
+    def complete(
+        self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
+    ) -> Completion: ...
+
+    def state(self) -> dict[str, Any]:
+        """The live prefix and covering tree(s), JSON-ready (tests and debugging)."""
+
+
+class Backend(Protocol):
+    """A loaded model (or ensemble): makes the per-document state."""
+
+    def document(self) -> LiveDocument: ...
+
+    def special_texts(self) -> tuple[str, ...]:
+        """Text of special and added tokens: never to be inserted into a document."""
+
+
+def _tree_json(engine_vct: Any) -> dict[str, Any]:
+    tree = json.loads(json.dumps(engine_vct.tree().to_json(), default=int))  # numpy ints
+    return {"prefix": engine_vct.prefix.hex(), "tree": tree}
+
+
+class SingleDocument:
+    """A document served by one model: its `Completer` (ByteSampler + KV session)."""
+
+    def __init__(self, completer: Completer) -> None:
+        self.completer = completer
+
+    @property
+    def inference_tokens(self) -> int:
+        return self.completer.session.inference_tokens
+
+    def sync(self, prefix: bytes) -> None:
+        sampler = self.completer.sampler
+        sampler.reset(prefix)
+        # Prefill the KV cache with the settled tokens while the user types, so the next
+        # request only scores the tail (after a paste or a newly opened buffer this is
+        # the expensive part).
+        self.completer.session.logprobs(sampler.vct.tree().trunk, [()])
+
+    def prepare(self, prefix: bytes, method: str) -> None:
+        sampler = self.completer.sampler
+        sampler.reset(prefix)
+        sampler.vct.tree()
+        if method == "bytesampler":
+            sampler.leaf_set()  # scores the tree once; every item reuses the rows
+
+    def complete(
+        self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
+    ) -> Completion:
+        return self.completer.complete(
+            prefix, settings, should_stop=should_stop, cut=cut, deadline=deadline
+        )
+
+    def state(self) -> dict[str, Any]:
+        return _tree_json(self.completer.sampler.vct)
+
+
+class SingleModel:
+    """One model and its engine."""
+
+    def __init__(self, model: Any, engine: Engine) -> None:
+        self.model, self.engine = model, engine
+
+    def document(self) -> SingleDocument:
+        from midword.engine.generate import Completer
+
+        return SingleDocument(Completer(self.model, self.engine))
+
+    def special_texts(self) -> tuple[str, ...]:
+        return tuple(a.content for a in self.engine.tok.added)
+
+
+class EnsembleDocument:
+    """A document served by an ensemble: one live VCT and KV cache per member.
+
+    An ensemble samples byte by byte from the combined distribution, so every
+    request runs in byte mode with byte-level transforms, whatever the method and
+    mode options say (they choose how one model handles the prompt boundary).
+    """
+
+    def __init__(self, ensemble: Ensemble) -> None:
+        self.ensemble = ensemble
+
+    @property
+    def inference_tokens(self) -> int:
+        return sum(m.sampler.session.inference_tokens for m in self.ensemble.members)
+
+    def sync(self, prefix: bytes) -> None:
+        self.ensemble.reset(prefix)
+        for member in self.ensemble.members:
+            member.sampler.session.logprobs(member.sampler.vct.tree().trunk, [()])
+
+    def prepare(self, prefix: bytes, method: str) -> None:
+        self.ensemble.reset(prefix)
+        self.ensemble.distribution()  # every member's tree scored once
+
+    def complete(
+        self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
+    ) -> Completion:
+        as_bytes = replace(settings, mode="bytes", level="byte", method="bytesampler")
+        try:
+            return self.ensemble.complete(
+                prefix, as_bytes, should_stop=should_stop, cut=cut, deadline=deadline
+            )
+        finally:
+            # sampling pushed the generated bytes: back to the document's prefix (cheap,
+            # the trees keep snapshots), so the live trees follow the document
+            self.ensemble.reset(prefix)
+
+    def state(self) -> dict[str, Any]:
+        members = [_tree_json(m.sampler.vct) for m in self.ensemble.members]
+        return {**members[0], "members": members}
+
+
+class EnsembleModels:
+    """The members of a byte-level ensemble (models with their own tokenizers)."""
+
+    def __init__(
+        self, members: Sequence[tuple[Any, Engine]], weights: Sequence[float], combine: str
+    ) -> None:
+        from midword.engine.ensemble import check_weights
+
+        self.members, self.combine = list(members), combine
+        self.weights = check_weights(weights, len(self.members), combine)
+
+    def document(self) -> EnsembleDocument:
+        from midword.engine.ensemble import Ensemble
+
+        return EnsembleDocument(Ensemble(self.members, self.weights, self.combine))
+
+    def special_texts(self) -> tuple[str, ...]:
+        texts = {a.content for _, engine in self.members for a in engine.tok.added}
+        return tuple(sorted(texts))
