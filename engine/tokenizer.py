@@ -202,7 +202,8 @@ def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> B
         left, right, rank = normal_form(token_bytes, model.get("merges") or [])
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp.npz")
+            # A unique name: servers and test workers may write the same cache at once.
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp.npz")
             np.savez(tmp, left=left, right=right, rank=rank)
             tmp.replace(cache)
     return BPETokenizer(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import itertools
+import os
 import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -41,9 +42,10 @@ PROBES: tuple[str, ...] = (
 PROBE_ENDINGS: tuple[bytes, ...] = tuple(
     sorted({y[:j].encode("utf-8") for y in PROBES for j in range(len(y) + 1)})
 )
+ENDING_INDEX: dict[bytes, int] = {e: k for k, e in enumerate(PROBE_ENDINGS)}
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
 MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
-VCT_CACHE_VERSION = "2"  # bump when the cached per-token tables change meaning
+VCT_CACHE_VERSION = "3"  # bump when the cached per-token tables change meaning
 
 
 class PrefixError(ValueError):
@@ -226,7 +228,8 @@ class Engine:
         tables = self._tail_ok(), self._whole_ok(), irregular if irregular is not None else empty
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp.npz")
+            # A unique name: servers and test workers may write the same cache at once.
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp.npz")
             np.savez(tmp, tail_ok=tables[0], whole_ok=tables[1], irregular=tables[2])
             tmp.replace(cache)
         return tables
@@ -1005,21 +1008,65 @@ class LeafTables:
         tok, t = self.tok, self.row_tok
         self._whole_by_ext: dict[bytes, list[int]] | None = None
         reach = tok.reachable[t]
-        approx = self.e.tail_ok[t] & reach  # rows ending inside a character (README gap)
         whole = tok.ignore_merges & tok.is_text[t]
+        part_a, part_b = self._partial_bpe()
         self.bpe_a: list[list[np.ndarray]] = []
         self.bpe_b: list[list[np.ndarray]] = []
         for y in PROBES:
-            a_list, b_list = [np.where(self.row_partial, approx, reach | whole)], [np.where(self.row_partial, approx, reach)]
+            k = ENDING_INDEX[b""]
+            a_list = [np.where(self.row_partial, part_a[:, k], reach | whole)]
+            b_list = [np.where(self.row_partial, part_b[:, k], reach)]
             for j in range(1, len(y) + 1):
                 ext = y[:j].encode("utf-8")
+                k = ENDING_INDEX[ext]
                 first = tok._bpe_cached(ext)[0]
                 ok = reach & self.e.validity.predecessors(first)[t] & ~self._whole_with(ext)[t]
-                ok = np.where(self.row_partial, approx, ok)
-                a_list.append(ok)
-                b_list.append(ok)
+                a_list.append(np.where(self.row_partial, part_a[:, k], ok))
+                b_list.append(np.where(self.row_partial, part_b[:, k], ok))
             self.bpe_a.append(a_list)
             self.bpe_b.append(b_list)
+
+    def _partial_bpe(self) -> tuple[np.ndarray, np.ndarray]:
+        """[rows, PROBE_ENDINGS] verdicts for rows whose token ``T`` ends inside a
+        character: is ``t`` the first token of BPE(T + rest + ext) for some character of
+        the row's class (``rest``: the bytes that complete it)? By the pairwise theorem
+        that is "t reachable and valid before the first token of BPE(rest + ext)". B
+        (t continues a pre-token) is that; A (t starts the pre-token) also needs the
+        whole pre-token not to be a token under ignore_merges. Exact over the same
+        completions the oracle tries (:func:`char_completions`)."""
+        tok, pair_valid = self.tok, self.e.validity.pair_valid
+        ok_a = np.zeros((len(self.row_tok), len(PROBE_ENDINGS)), dtype=bool)
+        ok_b = ok_a.copy()
+        rows = np.flatnonzero(self.row_partial)
+        last_class = {int(r): int(self.cols[int(self.row_len[r]) - 1][r]) for r in rows}
+        firsts: dict[bytes, int] = {}
+        pairs: dict[tuple[int, int], bool] = {}
+        for r in rows.tolist():
+            t = int(self.row_tok[r])
+            word = tok.token_bytes[t]
+            assert word is not None
+            if not tok.reachable[t]:
+                continue
+            partial = _split_lenient(word)[1]
+            for ch in char_completions(partial):
+                if self.m.char_class(ch) != last_class[r]:
+                    continue
+                rest = ch.encode("utf-8")[len(partial) :]
+                for k, ext in enumerate(PROBE_ENDINGS):
+                    if ok_a[r, k]:
+                        continue
+                    tail = rest + ext
+                    if tail not in firsts:
+                        firsts[tail] = int(tok._bpe_cached(tail)[0])
+                    key = (t, firsts[tail])
+                    if key not in pairs:
+                        pairs[key] = pair_valid(*key)
+                    if pairs[key]:
+                        ok_b[r, k] = True
+                        ok_a[r, k] = not (tok.ignore_merges and word + tail in tok.bytes_to_id)
+                if ok_a[r].all():
+                    break
+        return ok_a, ok_b
 
     def _whole_with(self, ext: bytes) -> np.ndarray:
         """Tokens T with T + ext itself a token (ignore_merges would emit that one)."""
@@ -1196,7 +1243,8 @@ def _save_arrays(path: Path | None, arrays: dict[str, np.ndarray]) -> None:
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
+    # A unique name: servers and test workers may write the same cache at once.
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
     np.savez(tmp, **arrays)
     tmp.replace(path)
 

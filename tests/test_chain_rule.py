@@ -1,0 +1,72 @@
+"""Chain rule and cache size along a byte-mode generation, on every real tokenizer:
+log P(x) + log P(b | x) == log P(x b) at every step (1e-9, float64), special tokens
+only ever as end-of-text events, and the KV cache holding exactly one row per token
+of the current trunk and tree (the garbage collector drops everything else)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from midword.engine.sampling import ByteSampler
+from midword.engine.vct import load_engine
+
+from .conftest import tokenizer_path
+
+torch = pytest.importorskip("torch")
+from .tiny_models import build_tiny_llama  # noqa: E402
+
+STEPS = int(os.environ.get("MIDWORD_CHAIN_BYTES", "300"))
+TOL = 1e-9
+# Known engine gaps (README, Known gaps): strict, so a fix shows up as a failure to clean up.
+KNOWN_GAPS = {
+    "qwen3": (
+        "a token ending two or more bytes short of a character is judged on representative"
+        " completions in the leaf tables, but byte by byte once the character is typed"
+    ),
+    "deepseek_v3": "chained split regexes still use the head-key shortcut for end children",
+}
+
+
+def sampler_for(name: str) -> ByteSampler:
+    from midword.engine.hf_backend import HFModel
+
+    engine = load_engine(str(tokenizer_path(name)))
+    torch.set_num_threads(1)
+    model = HFModel(
+        build_tiny_llama(engine.tok.size, seed=3, hidden=16, layers=1, heads=2, dtype="float64")
+    )
+    return ByteSampler(model, engine)
+
+
+def cache_rows_expected(sampler: ByteSampler) -> int:
+    """BOS + trunk + one row per internal tree node below the trunk's root."""
+    tree = sampler.vct.tree()
+    return 1 + len(tree.trunk) + sum(1 for node in tree.nodes if node.path)
+
+
+def test_chain_rule_and_cache_size_along_a_generation(
+    tokenizer_name: str, request: pytest.FixtureRequest
+) -> None:
+    if tokenizer_name in KNOWN_GAPS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[tokenizer_name]))
+    sampler = sampler_for(tokenizer_name)
+    specials = set(sampler.tok.special_ids)
+    rng = np.random.default_rng(11)
+    sampler.reset(b"def f(")
+    dist = sampler.next_bytes()
+    for step in range(STEPS):
+        assert set(dist.events) <= specials  # special tokens are events, never bytes
+        total = np.exp(dist.next).sum() + np.exp(dist.eos)
+        assert total <= 1 + 1e-9, (step, total)
+        assert sampler.session.cache_len() == cache_rows_expected(sampler), step
+        p = np.exp(dist.next - dist.next.max())
+        b = int(rng.choice(256, p=p / p.sum()))  # keep going: never pick end-of-text
+        expected = dist.prefix_logprob + dist.next[b]
+        sampler.push(bytes([b]))
+        dist = sampler.next_bytes()
+        assert abs(dist.prefix_logprob - expected) < TOL, (
+            step,
+            sampler.prefix[-20:],
+        )
