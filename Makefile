@@ -21,8 +21,8 @@ complete-demo:  ## the same mid-word cut through the CLI: `midword complete`, ex
 serve:  ## run the language server on stdio (what editors start)
 	$(PY) -m midword serve
 
-test:  ## run the whole test suite (what CI runs)
-	$(PY) -m pytest -q
+test:  ## run the whole test suite (what CI runs), on 2 worker processes (tests grouped by file, and by tokenizer in the slow exactness files)
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 test-exact:  ## the long exactness run: 100 random prefixes per tokenizer against brute force
 	MIDWORD_EXACT_PREFIXES=100 $(PY) -m pytest -q tests/test_sampling.py

@@ -26,3 +26,14 @@ def tokenizer_name(request: pytest.FixtureRequest) -> str:
 def session(client):  # noqa: ANN001, ANN201  (`client`: each server test module's pytest-lsp fixture)
     """The `lsp_support.Session` of the module's server (pytest-lsp yields only the client)."""
     return client.midword_session
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for xdist's ``--dist loadgroup`` (``make test``): one per test file, so a
+    file's module-scoped server starts once, split by tokenizer where a file runs per
+    tokenizer, so the slow exactness files spread over the workers."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("tokenizer_name") if callspec is not None else None
+        group = item.nodeid.split("::")[0] + (f"[{name}]" if name else "")
+        item.add_marker(pytest.mark.xdist_group(group))
