@@ -576,21 +576,33 @@ async def test_a_10mb_document(session: Session) -> None:
     typed_stats = await stats(client)
     big.close()
     closed = await _settled_stats(client, docs)
+    kept = [(field(closed, "rssBytes") - field(base, "rssBytes")) / MiB]
+    for cycle in range(2):  # open, type, complete, close again: nothing may pile up
+        again = Buffer(client, f"file:///tmp/big{cycle}.py", text)
+        again.type(typed)
+        assert await again.inline() == [big_text]
+        again.close()
+        closed = await _settled_stats(client, docs)
+        kept.append((field(closed, "rssBytes") - field(base, "rssBytes")) / MiB)
 
     grew = (field(typed_stats, "rssBytes") - field(base, "rssBytes")) / MiB
-    kept = (field(closed, "rssBytes") - field(base, "rssBytes")) / MiB
     print(
         f"\n10 MB document: open {open_s:.2f} s, completion {big_s:.2f} s "
-        f"(small document {small_s:.2f} s); rss +{grew:.1f} MiB open, "
-        f"{kept:+.1f} MiB after didClose"
+        f"(small document {small_s:.2f} s); rss +{grew:.1f} MiB open, after didClose "
+        + ", ".join(f"{k:+.1f}" for k in kept)
+        + " MiB"
     )
     assert big_text == small_text  # the window, not the whole document, is the prompt
     assert "\n" not in big_text
     assert big_s < small_s + 2.0, "a large document must not slow completions down"
     assert field(closed, "documents") == docs and field(closed, "documentBytes") < MiB
     assert grew > 10, "the open document should cost memory (is rssBytes measured?)"
-    # What the document cost is given back: at most 4 MiB of the 10+ MB stays resident.
-    assert kept < 4, f"{kept:.1f} MiB still resident after didClose"
+    # What a document cost is given back: most of it at once, and the document itself
+    # never piles up (that would be 10+ MiB per cycle). The allocators keep some partly
+    # used pages: about 1 MiB more per 10 MB cycle, while Python's traced memory stays flat.
+    assert kept[0] < grew / 4, f"{kept[0]:.1f} of {grew:.1f} MiB still resident after didClose"
+    per_cycle = (kept[-1] - kept[0]) / (len(kept) - 1)
+    assert per_cycle < 3, f"resident memory grows over open/close cycles: {kept} MiB"
 
 
 # ---------------------------------------------------------------------------- live options
