@@ -185,7 +185,15 @@ export function createLanguageClient(launch: LaunchSpec, hooks: ClientHooks, dep
         return;
       }
       stopping = true;
-      await client.dispose(2000);
+      try {
+        await client.dispose(2000);
+      } catch (err) {
+        // A server that died while starting leaves the client "startFailed", and dispose()
+        // then throws "Client is not running": there is nothing left to stop.
+        if (reachedRunning) {
+          throw err;
+        }
+      }
     },
     sendConfiguration: (options) =>
       client.sendNotification(DidChangeConfigurationNotification.type, { settings: options }),

@@ -25,6 +25,7 @@ export const DEVICES = ['auto', 'cpu', 'cuda', 'mps'] as const;
 export const DTYPES = ['auto', 'float32', 'float16', 'bfloat16', 'float64'] as const;
 export const METHODS = ['bytesampler', 'healing1', 'healing2', 'healing4', 'naive'] as const;
 export const MODES = ['pbp', 'bytes'] as const;
+export const ENSEMBLE_COMBINE = ['mix', 'product'] as const;
 export const MULTILINE = ['auto', 'always', 'never'] as const;
 export const LOG_LEVELS = ['error', 'warning', 'info', 'debug'] as const;
 
@@ -35,6 +36,16 @@ export interface ServerOptions {
   device: (typeof DEVICES)[number];
   /** Reload. */
   dtype: (typeof DTYPES)[number];
+  /**
+   * Model folders of a byte-level ensemble; [] = no ensemble (`model` is used).
+   * With two or more the server samples bytes with ByteSampler (`method` and
+   * `mode` do not apply). Reload.
+   */
+  ensemble: readonly string[];
+  /** One weight per ensemble folder; [] = equal weights. Reload. */
+  ensembleWeights: readonly number[];
+  /** mix = weighted average of probabilities; product = weighted sum of log-probabilities. Reload. */
+  ensembleCombine: (typeof ENSEMBLE_COMBINE)[number];
   method: (typeof METHODS)[number];
   mode: (typeof MODES)[number];
   /** >= 0; 0 = greedy. */
@@ -52,11 +63,19 @@ export interface ServerOptions {
 
 export type ServerOptionKey = keyof ServerOptions;
 
-/** Every server option, in the order they are sent. */
-export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
+/** Options whose change makes the server reload the model (the extension only forwards them). */
+export const RELOAD_OPTION_KEYS: readonly ServerOptionKey[] = [
   'model',
   'device',
   'dtype',
+  'ensemble',
+  'ensembleWeights',
+  'ensembleCombine',
+];
+
+/** Every server option, in the order they are sent. */
+export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
+  ...RELOAD_OPTION_KEYS,
   'method',
   'mode',
   'temperature',
@@ -69,9 +88,6 @@ export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
   'maxItems',
 ];
 
-/** Options whose change makes the server reload the model (the extension only forwards them). */
-export const RELOAD_OPTION_KEYS: readonly ServerOptionKey[] = ['model', 'device', 'dtype'];
-
 /**
  * Fallback for a setting whose value is missing or invalid. Must equal the
  * defaults declared in package.json (a unit test checks it).
@@ -80,6 +96,9 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
   model: '',
   device: 'auto',
   dtype: 'auto',
+  ensemble: Object.freeze([]),
+  ensembleWeights: Object.freeze([]),
+  ensembleCombine: 'mix',
   method: 'bytesampler',
   mode: 'pbp',
   temperature: 0,
@@ -96,7 +115,7 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
 export type SettingGetter = (key: string) => unknown;
 
 export interface BuildOptions {
-  /** Expands `~`, `${workspaceFolder}`, ... in the model path. Identity when absent. */
+  /** Expands `~`, `${workspaceFolder}`, ... in the model path and the ensemble folders. Identity when absent. */
   expandPath?: (value: string) => string;
 }
 
@@ -124,10 +143,19 @@ function numberIn(min: number, max: number, opts: { minExclusive?: boolean; inte
 
 const isString: Check<string> = (value: unknown): value is string => typeof value === 'string';
 
+const isFiniteNumber: Check<number> = (value: unknown): value is number => typeof value === 'number' && Number.isFinite(value);
+
+function arrayOf<T>(element: Check<T>): Check<readonly T[]> {
+  return (value: unknown): value is readonly T[] => Array.isArray(value) && value.every((item) => element(item));
+}
+
 const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expected: string } } = {
   model: { check: isString, expected: 'a string' },
   device: { check: oneOf(DEVICES), expected: DEVICES.join(' | ') },
   dtype: { check: oneOf(DTYPES), expected: DTYPES.join(' | ') },
+  ensemble: { check: arrayOf(isString), expected: 'an array of strings' },
+  ensembleWeights: { check: arrayOf(isFiniteNumber), expected: 'an array of finite numbers' },
+  ensembleCombine: { check: oneOf(ENSEMBLE_COMBINE), expected: ENSEMBLE_COMBINE.join(' | ') },
   method: { check: oneOf(METHODS), expected: METHODS.join(' | ') },
   mode: { check: oneOf(MODES), expected: MODES.join(' | ') },
   temperature: { check: numberIn(0, Infinity, {}), expected: 'a number >= 0' },
@@ -140,19 +168,24 @@ const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expect
   maxItems: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
 };
 
+/** A fresh copy of an array value (so options never share the frozen fallbacks or VS Code's read-only objects). */
+function own<T>(value: T): T {
+  return (Array.isArray(value) ? [...(value as unknown[])] : value) as T;
+}
+
 function readOption<K extends ServerOptionKey>(key: K, get: SettingGetter, problems: string[]): ServerOptions[K] {
   const raw = get(key);
   const { check, expected } = CHECKS[key];
   if (raw === undefined || raw === null) {
-    return FALLBACK_OPTIONS[key];
+    return own(FALLBACK_OPTIONS[key]);
   }
   if (check(raw)) {
-    return raw;
+    return own(raw);
   }
   problems.push(
     `${SECTION}.${key} = ${JSON.stringify(raw)} is invalid (expected ${expected}); using ${JSON.stringify(FALLBACK_OPTIONS[key])}`,
   );
-  return FALLBACK_OPTIONS[key];
+  return own(FALLBACK_OPTIONS[key]);
 }
 
 /** The server options (and the problems found) for the given settings. */
@@ -163,8 +196,12 @@ export function buildInitializationOptionsWithProblems(get: SettingGetter, build
     values[key] = readOption(key, get, problems);
   }
   const options = values as ServerOptions;
-  const model = options.model.trim();
-  options.model = model !== '' && build.expandPath !== undefined ? build.expandPath(model) : model;
+  const expandFolder = (folder: string): string => {
+    const trimmed = folder.trim();
+    return trimmed !== '' && build.expandPath !== undefined ? build.expandPath(trimmed) : trimmed;
+  };
+  options.model = expandFolder(options.model);
+  options.ensemble = options.ensemble.map(expandFolder);
   return { options, problems };
 }
 

@@ -27,11 +27,12 @@ describe('classifyConfigurationChange', () => {
     });
   });
 
-  it('server options are forwarded, never a restart; model/device/dtype are marked as reloads', () => {
-    for (const key of ['model', 'device', 'dtype']) {
+  it('server options are forwarded, never a restart; model/device/dtype and the ensemble settings are marked as reloads', () => {
+    for (const key of ['model', 'device', 'dtype', 'ensemble', 'ensembleWeights', 'ensembleCombine']) {
       const effects = classifyConfigurationChange(affects(`midword.${key}`));
       assert.equal(effects.restartServer, false, key);
       assert.equal(effects.forwardToServer, true, key);
+      assert.deepEqual(effects.changedOptions, [key]);
       assert.deepEqual(effects.reloadOptions, [key]);
     }
     for (const key of ['method', 'mode', 'temperature', 'topP', 'maxTokens', 'timeBudgetMs', 'multiline', 'windowBytes', 'logLevel', 'maxItems']) {
@@ -48,6 +49,12 @@ describe('classifyConfigurationChange', () => {
       const effects = classifyConfigurationChange(affects(id));
       assert.equal(effects.restartServer || effects.forwardToServer || effects.enablementChanged, false, id);
     }
+  });
+
+  it('an ensemble change with a live one: only the ensemble settings reload, in option order', () => {
+    const effects = classifyConfigurationChange(affects('midword.temperature', 'midword.ensembleCombine', 'midword.ensembleWeights'));
+    assert.deepEqual(effects.changedOptions, ['ensembleWeights', 'ensembleCombine', 'temperature']);
+    assert.deepEqual(effects.reloadOptions, ['ensembleWeights', 'ensembleCombine']);
   });
 
   it('a mixed change reports all of it', () => {

@@ -18,6 +18,9 @@ const SPEC_DEFAULTS = {
   model: '',
   device: 'auto',
   dtype: 'auto',
+  ensemble: [],
+  ensembleWeights: [],
+  ensembleCombine: 'mix',
   method: 'bytesampler',
   mode: 'pbp',
   temperature: 0,
@@ -56,6 +59,9 @@ describe('settings -> initializationOptions', () => {
       model: '/models/qwen',
       device: 'cuda',
       dtype: 'bfloat16',
+      ensemble: ['/models/base', '/models/expert', '/models/anti'],
+      ensembleWeights: [1, 1, -1],
+      ensembleCombine: 'product',
       method: 'healing2',
       mode: 'bytes',
       temperature: 0.7,
@@ -98,6 +104,52 @@ describe('settings -> initializationOptions', () => {
     assert.match(problems.join('\n'), /midword\.topP = 0 is invalid/);
   });
 
+  it('ensemble settings: anything but an array of strings / finite numbers, or mix | product, falls back with a problem', () => {
+    const invalid: [string, unknown, unknown][] = [
+      ['ensemble', '/models/a', []],
+      ['ensemble', ['/models/a', 3], []],
+      ['ensemble', [null], []],
+      ['ensemble', { 0: '/models/a' }, []],
+      ['ensembleWeights', 1, []],
+      ['ensembleWeights', [1, '2'], []],
+      ['ensembleWeights', [1, Number.NaN], []],
+      ['ensembleWeights', [Number.POSITIVE_INFINITY], []],
+      ['ensembleWeights', [[1]], []],
+      ['ensembleCombine', 'sum', 'mix'],
+      ['ensembleCombine', ['mix'], 'mix'],
+      ['ensembleCombine', 'Product', 'mix'],
+    ];
+    for (const [key, value, fallback] of invalid) {
+      const { options, problems } = buildInitializationOptionsWithProblems((k) => (k === key ? value : undefined));
+      const label = `${key} = ${String(value)}`;
+      assert.deepEqual(options[key as keyof typeof options], fallback, label);
+      assert.equal(problems.length, 1, label);
+      assert.match(problems[0] ?? '', new RegExp(`^midword\\.${key} = .* is invalid \\(expected `), label);
+    }
+    const { problems } = buildInitializationOptionsWithProblems(
+      (key) => ({ ensemble: ['/a', '/b'], ensembleWeights: [2, 0.5], ensembleCombine: 'mix' })[key],
+    );
+    assert.deepEqual(problems, []);
+    assert.match(
+      buildInitializationOptionsWithProblems((key) => (key === 'ensembleWeights' ? [1, 'x'] : undefined)).problems[0] ?? '',
+      /midword\.ensembleWeights = \[1,"x"\] is invalid \(expected an array of finite numbers\); using \[\]/,
+    );
+  });
+
+  it('array options are fresh copies: neither the fallbacks nor the setting values are shared', () => {
+    const weights = [1, 2];
+    const first = buildInitializationOptions((key) => (key === 'ensembleWeights' ? weights : undefined));
+    assert.deepEqual(first.ensembleWeights, [1, 2]);
+    assert.notEqual(first.ensembleWeights, weights);
+    const a = buildInitializationOptions(() => undefined);
+    const b = buildInitializationOptions(() => undefined);
+    assert.notEqual(a.ensemble, b.ensemble);
+    assert.notEqual(a.ensemble, FALLBACK_OPTIONS.ensemble);
+    (a.ensemble as string[]).push('/leak');
+    assert.deepEqual(b.ensemble, []);
+    assert.deepEqual(FALLBACK_OPTIONS.ensemble, []);
+  });
+
   it('topP = 1 and temperature = 0 are valid edges', () => {
     const { problems } = buildInitializationOptionsWithProblems((key) => ({ topP: 1, temperature: 0 })[key]);
     assert.deepEqual(problems, []);
@@ -115,6 +167,48 @@ describe('settings -> initializationOptions', () => {
     });
     assert.equal(options.model, '');
     assert.equal(called, false);
+  });
+
+  it('expands and trims every ensemble folder like the model path', () => {
+    const expand = (value: string): string => value.replace('${workspaceFolder}', '/ws');
+    const options = buildInitializationOptions(
+      (key) => (key === 'ensemble' ? [' ${workspaceFolder}/base', '/models/expert ', ''] : undefined),
+      { expandPath: expand },
+    );
+    assert.deepEqual(options.ensemble, ['/ws/base', '/models/expert', '']);
+  });
+
+  it('the new ensemble settings are declared as package.json says (types, enum, scope, ordered like the server options)', () => {
+    const properties = settingProperties(readPackageJson());
+    const schema = (id: string): Record<string, unknown> => {
+      const found = properties[id];
+      assert.ok(found !== undefined, id);
+      return found;
+    };
+    const ensemble = schema('midword.ensemble');
+    assert.equal(ensemble.type, 'array');
+    assert.deepEqual(ensemble.items, { type: 'string' });
+    assert.equal(ensemble.scope, schema('midword.model').scope);
+    assert.equal(ensemble.scope, 'machine-overridable');
+    const weights = schema('midword.ensembleWeights');
+    assert.equal(weights.type, 'array');
+    assert.deepEqual(weights.items, { type: 'number' });
+    const combine = schema('midword.ensembleCombine');
+    assert.equal(combine.type, 'string');
+    assert.deepEqual(combine.enum, ['mix', 'product']);
+    assert.equal((combine.enumDescriptions as unknown[]).length, 2);
+    // The settings UI shows them in the order of the server options.
+    const orders = SERVER_OPTION_KEYS.map((key) => properties[`midword.${key}`]?.order as number);
+    assert.deepEqual([...orders].sort((x, y) => x - y), orders);
+    assert.equal(new Set(Object.values(properties).map((schema) => schema.order)).size, Object.keys(properties).length);
+  });
+
+  it('an untrusted workspace cannot choose the interpreter or the models (restricted settings)', () => {
+    const manifest = readPackageJson() as { capabilities: { untrustedWorkspaces: { restrictedConfigurations: string[] } } };
+    assert.deepEqual(
+      [...manifest.capabilities.untrustedWorkspaces.restrictedConfigurations].sort(),
+      ['midword.ensemble', 'midword.model', 'midword.python.path'],
+    );
   });
 
   it('the settings that reload the model say so in package.json; the others say they apply live', () => {
