@@ -35,7 +35,8 @@ from .validity import Validity
 # fmt: off
 PROBES: tuple[str, ...] = (
     "", " ", "a", "A", "0", ".", "\n", "'", "(", "中", "\t", "_", " a", "é", "\x00",
-    "s", "t", "m", "d", "re", "ve", "ll",  # contraction suffixes
+    "s", "t", "m", "d", "re", "ve", "ll",  # contraction suffixes after "'"
+    "e", "l", "E", "L",  # ... and their ends after "'r", "'v", "'l" (any case: (?i:'ve))
 )
 # fmt: on
 # the starts y[:j] of probes (b"" included): what a pre-token may take of a probe
@@ -45,7 +46,7 @@ PROBE_ENDINGS: tuple[bytes, ...] = tuple(
 ENDING_INDEX: dict[bytes, int] = {e: k for k, e in enumerate(PROBE_ENDINGS)}
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
 MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
-VCT_CACHE_VERSION = "3"  # bump when the cached per-token tables change meaning
+VCT_CACHE_VERSION = "4"  # bump when the cached per-token tables change meaning
 
 
 class PrefixError(ValueError):

@@ -30,6 +30,7 @@ PINNED = [
     b"x = 12",
     b"I'",
     b"don'",
+    b" we'v",
     b"a  b",
     "中文".encode()[:4],
     "😀".encode()[:2],
