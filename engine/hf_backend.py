@@ -22,8 +22,9 @@ torch and transformers are imported lazily (inside functions).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +96,8 @@ def load_hf_model(
     torch_device = resolve_device(device)
     torch_dtype = _resolve_dtype(dtype, torch_device)
     config = _load_config(name, source)
-    model = _load_weights(name, source, config, torch_dtype, attn_implementation)
+    with _quiet_loading():
+        model = _load_weights(name, source, config, torch_dtype, attn_implementation)
     try:
         model.to(torch_device)
     except RuntimeError as exc:
@@ -135,10 +137,11 @@ def _load_weights(
 ) -> PreTrainedModel:
     from transformers import AutoModelForCausalLM
 
+    _check_causal_architecture(name, config)
     kwargs = {"config": config, "local_files_only": True, _dtype_kwarg(): torch_dtype}
     try:
-        return AutoModelForCausalLM.from_pretrained(
-            source, attn_implementation=attn_implementation, **kwargs
+        model, info = AutoModelForCausalLM.from_pretrained(
+            source, attn_implementation=attn_implementation, output_loading_info=True, **kwargs
         )
     except ValueError as exc:
         if "Unrecognized configuration class" in str(exc):
@@ -151,6 +154,53 @@ def _load_weights(
         raise BackendError(f"could not load model {name}: {_brief(exc)}") from exc
     except (OSError, RuntimeError, ImportError, KeyError, TypeError) as exc:
         raise BackendError(f"could not load model {name}: {_brief(exc)}") from exc
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # transformers would fill them with random weights and carry on
+        raise BackendError(
+            f"model {name}: {len(missing)} weights of the causal LM are missing from the "
+            f"checkpoint (first: {missing[0]}); it was not saved as a causal language model"
+        )
+    return model
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No progress bar or load report from transformers while loading: failures come back
+    as one-line BackendErrors (missing weights included), the rest is noise on stderr."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _check_causal_architecture(name: str, config: Any) -> None:
+    """BackendError when config.json names only architectures that are not causal LMs.
+
+    AutoModelForCausalLM accepts a BERT folder (as BertLMHeadModel with a random head),
+    so the saved architecture is what tells an encoder or classifier apart.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> _check_causal_architecture("m", SimpleNamespace(architectures=["LlamaForCausalLM"]))
+        >>> try:
+        ...     _check_causal_architecture("m", SimpleNamespace(architectures=["BertModel"]))
+        ... except BackendError as exc:
+        ...     print(exc)
+        model m is not a causal language model (architectures: BertModel)
+    """
+    names = list(getattr(config, "architectures", None) or [])
+    causal = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+    if names and not any(n.endswith(causal) for n in names):
+        raise BackendError(
+            f"model {name} is not a causal language model (architectures: {', '.join(names)})"
+        )
 
 
 def _dtype_kwarg() -> str:
