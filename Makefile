@@ -43,6 +43,9 @@ fmt:  ## ruff format + fix imports
 bench-engine:  ## engine figures: load time, push cost, masks, tree build time and size
 	$(PY) benchmarks/bench_engine.py
 
+bench-completeness:  ## completeness fuzz, long run: 10 MB of random texts per tokenizer streamed into the VCT, 0 mismatches expected
+	$(PY) benchmarks/bench_completeness.py
+
 bench-server:  ## language-server figures: keystroke replay overhead, incremental vs rebuild
 	$(PY) benchmarks/bench_server.py
 
