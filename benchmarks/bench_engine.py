@@ -1,5 +1,10 @@
-"""Engine figures per tokenizer: load time (first and cached), push cost per byte,
-valid-successor mask time, tree build time and tree size at random cut points of code.
+"""Engine figures per tokenizer: load time (first and cached), resident memory, push cost
+per byte, valid-successor mask time, tree build time and tree size at random cut points
+of code.
+
+Resident memory is the growth of VmRSS (/proc/self/status) when a fresh Python process,
+with midword already imported, loads the engine from its on-disk cache: what a server
+holds per tokenizer.
 
 The code is this repository's own Python sources (local, nothing downloaded).
 
@@ -12,6 +17,7 @@ import argparse
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +51,11 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         t = time.perf_counter()
         engine = vct_mod.Engine(load_tokenizer(path))
         cached = time.perf_counter() - t
-    print(f"{name}: load first {first:.2f} s, cached {cached:.2f} s, vocab {engine.tok.size}")
+        resident = _resident_mib(path)
+    print(
+        f"{name}: load first {first:.2f} s, cached {cached:.2f} s, vocab {engine.tok.size}, "
+        f"resident +{resident:.0f} MiB"
+    )
 
     state = vct_mod.VCT(engine)
     costs = []
@@ -81,7 +91,9 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         keys.append(_keystroke_time(engine, window))
         extra_nodes.append(tree.internal_count - 1)
         at_end += any(n.ends_at_prefix_end for n in tree.nodes)
-    print(f"  tree build (push 200 bytes + tree), caches cleared, {cuts} random cuts: {_ms(builds)}")
+    print(
+        f"  tree build (push 200 bytes + tree), caches cleared, {cuts} random cuts: {_ms(builds)}"
+    )
     print(f"  tree() alone, all caches cleared:                   {_ms(colds)}")
     print(f"  tree() alone, per-state leaf masks warm:            {_ms(warms)}")
     print(f"  keystroke (push 1 byte + tree()), masks warm:        {_ms(keys)}")
@@ -89,6 +101,33 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         f"  internal nodes beyond the trunk: mean {statistics.mean(extra_nodes):.2f}; "
         f"cuts with a node ending at the cut: {at_end}/{cuts}"
     )
+
+
+_RSS_PROBE = """
+import sys
+from midword.engine import vct
+from midword.engine.tokenizer import load_tokenizer
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+before = rss()
+engine = vct.Engine(load_tokenizer(sys.argv[1]))
+print(rss() - before)
+"""
+
+
+def _resident_mib(path: Path) -> float:
+    """VmRSS growth (MiB) of a fresh process loading the engine (cache in $MIDWORD_CACHE)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return int(out.stdout.split()[-1]) / 1024
 
 
 def _clear(engine, clear_tables: bool = True) -> None:
