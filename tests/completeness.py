@@ -12,8 +12,12 @@ Texts come from a seeded generator (:func:`fragments`): slices of :data:`CORPUS`
 recombinations of its pieces, code, prose with contractions, CJK, emoji, other
 scripts, digit runs, whitespace runs with tabs and CRLF, special-token-looking text,
 then random mutations. A path is checked cheaply by :func:`covers`, which asks the
-tree builder about that one path only; every ``tree_every``-th cut is also checked
-against the whole :meth:`VCT.tree` (:func:`is_path`), and the two must agree.
+tree builder about that one path only (the settled trunk must be its prefix; the rest
+of the trunk is what every path shares); a random share of the cuts
+(``Config.tree_rate``) is also checked against the whole :meth:`VCT.tree`
+(:func:`is_path`), and the two must agree. :func:`self_check` shows the check fails on
+wrong paths. Texts with non-special added text are left out by default (a known gap,
+see :class:`Config`).
 """
 
 from __future__ import annotations
