@@ -64,3 +64,7 @@ bench-overhead:  ## inference tokens per PBP solve and wall clock of PBP/byte sa
 .PHONY: bench-ensemble
 bench-ensemble:  ## ensembles: per-byte cost of 2- and 3-model byte-level ensembles vs their members
 	$(PY) benchmarks/bench_ensemble.py
+
+.PHONY: bench-sampling
+bench-sampling:  ## issue 3: PBP vs generate() wall time, byte-mode bytes/s vs tokens/s, KV rows over 500 bytes
+	$(PY) benchmarks/bench_sampling.py

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import BackendError, ScoringModel
-from .sampling import ByteSampler, Transform, logsumexp
+from .sampling import NEG_INF, ByteSampler, Transform, logsumexp
 from .vct import Engine, split_utf8
 
 METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
@@ -54,6 +54,8 @@ class Settings:
     level: str = "token"
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
+    # never end at an end-of-text event (fixed-length runs, like generate(min_new_tokens=n))
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -100,11 +102,12 @@ class Completion:
 
 def _pick(logp: np.ndarray, greedy: bool, rng: np.random.Generator) -> int:
     """An index drawn from log-probs (argmax when greedy)."""
-    if greedy:
-        return int(np.argmax(logp))
-    total = logsumexp(logp)
-    if total == float("-inf"):
+    best = int(np.argmax(logp))
+    if logp[best] == NEG_INF:
         raise BackendError("nothing to sample: every continuation has probability zero")
+    if greedy:
+        return best
+    total = logsumexp(logp)
     p = np.exp(logp - total)
     return int(rng.choice(p.size, p=p / p.sum()))
 
@@ -174,6 +177,7 @@ class Completer:
         self._special = set(self.tok.special_ids) | {
             i for i in range(self.tok.size, model.vocab_size)
         }
+        self._special_ids = np.array(sorted(self._special), dtype=np.int64)
 
     def complete(
         self,
@@ -218,6 +222,8 @@ class Completer:
         if not leaf_set.size:
             raise BackendError("no token sequence covers this prefix")
         weights = leaf_set.weights
+        if s.ignore_eos:  # end-of-text leaves are out: the text goes on
+            weights = np.where(np.isin(leaf_set.token, self._special_ids), NEG_INF, weights)
         k = _pick(weights, greedy, rng)
         leaf_lp = float(weights[k] - logsumexp(weights))
         tree = self.sampler.vct.tree()
@@ -238,7 +244,11 @@ class Completer:
         while made < budget:
             if out.before_step():
                 return made
-            row = s.transform.apply(self.session.logprobs(context, [()])[0])
+            row = self.session.logprobs(context, [()])[0]
+            if s.ignore_eos:
+                row = row.copy()  # the session keeps its rows: mask a copy
+                row[self._special_ids] = NEG_INF
+            row = s.transform.apply(row)
             t = _pick(row, s.transform.is_greedy, rng)
             made += 1
             if t in self._special:
@@ -260,6 +270,8 @@ class Completer:
         made = 0
         while not out.before_step():
             dist = self.sampler.next_bytes(token_level).normalized()  # [257]
+            if s.ignore_eos:
+                dist[256] = NEG_INF
             if s.level == "byte" and not s.transform.is_greedy:
                 dist = s.transform.apply(dist)
             b = _pick(dist, s.transform.is_greedy, rng)
