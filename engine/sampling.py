@@ -159,6 +159,7 @@ class _Scored:
     node_lp: np.ndarray  # [N] log P(node path | trunk)
     rows: np.ndarray  # [N, V] next-token log-probs at each node (transformed if asked)
     offsets: list[int]  # [N] bytes of the prefix after each node (0: the node ends at x)
+    buckets: tuple[np.ndarray, float] | None = None  # `_aggregate`'s result, once computed
 
 
 @dataclass
@@ -222,7 +223,7 @@ class ByteSampler:
         self.session: ScoringSession = model.session(bos_id=self.start_id)
         self.vct = VCT(engine)
         self._lengths = np.array([len(b) if b is not None else 0 for b in tok.token_bytes])
-        self._bytes = _padded_bytes(tok.token_bytes)  # [V, max_len] uint8
+        self._bytes = _bytes_by_position(tok.token_bytes)  # [max_len, V] uint8
         self._special = np.array(
             [i for i in tok.special_ids if i < model.vocab_size], dtype=np.int64
         )
@@ -338,41 +339,101 @@ class ByteSampler:
         if not self.track_prefix:
             raise ValueError("this sampler does not track the prefix probability")
         sc = self._score()
-        return self._cum[-1] + _log_mass(sc)
+        return self._cum[-1] + _aggregate(sc, self._bytes)[1]
 
     def next_bytes(self, transform: Transform = Transform()) -> NextBytes:
         """The exact next-byte distribution (token-level ``transform`` applied to leaves)."""
         sc = self._score(transform)
-        shift = _log_mass(sc)
-        buckets: list[np.ndarray] = []
-        values: list[np.ndarray] = []
+        sums, shift = _aggregate(sc, self._bytes)
         events: dict[int, float] = {}
         for i, node in enumerate(sc.tree.nodes):
-            leaves = node.leaves
-            if leaves.size:
-                buckets.append(self._bytes[leaves, sc.offsets[i]])
-                values.append(sc.node_lp[i] + sc.rows[i, leaves] - shift)
             if node.path == sc.tree.complete and self._special.size:
                 lp = sc.node_lp[i] + sc.rows[i, self._special] - shift
                 events = {int(t): float(v) for t, v in zip(self._special, lp, strict=True)}
-        nxt = _bucket_logsumexp(
-            np.concatenate(buckets) if buckets else np.zeros(0, dtype=np.int64),
-            np.concatenate(values) if values else np.zeros(0),
-        )
         eos = logsumexp(np.array(list(events.values()))) if events else NEG_INF
         prefix_lp = self._cum[-1] + shift if self.track_prefix else None
-        return NextBytes(nxt, eos, events, prefix_lp, self.session.inference_tokens)
+        return NextBytes(sums - shift, eos, events, prefix_lp, self.session.inference_tokens)
 
 
-def _log_mass(sc: _Scored) -> float:
-    """log of (sum of leaf path probabilities reaching past x + end-node path probabilities)."""
-    parts = []
+# Terms below exp(-665) may be subnormal in a float64 sum (relative error > 1e-16):
+# `_aggregate` then takes the slower log-domain path for the whole tree.
+LOG_TINY = -665.0
+
+
+def _aggregate(sc: _Scored, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
+    """(float64 [256] log of the leaf path probabilities grouped by next byte, log mass).
+
+    The mass is what `ByteSampler` divides by: leaves that reach past the prefix
+    plus the nodes that end exactly at it (see the module docstring). Computed once
+    per scored tree: node path log-probs are <= 0 (the root's is 0), so the
+    probabilities are summed as they are, with one exp and one bincount per node; a
+    tree with terms that small falls back to the exact log-domain sums.
+    """
+    if sc.buckets is None:
+        sc.buckets = _linear_sums(sc, by_pos) or _log_sums(sc, by_pos)
+    return sc.buckets
+
+
+def _node_leaves(sc: _Scored, by_pos: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """(next byte, log P(path + leaf | trunk)) of node i's leaves.
+
+    ``take`` on 1-D rows: the 2-D fancy index ``rows[i, leaves]`` is several times
+    slower, and a column of a [V, max_len] table is a cache miss per leaf.
+    """
+    leaves = sc.tree.nodes[i].leaves
+    values = sc.rows[i].take(leaves)  # a fresh array: fine to change in place
+    values += sc.node_lp[i]
+    return by_pos[sc.offsets[i]].take(leaves), values
+
+
+def _linear_sums(sc: _Scored, by_pos: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """`_aggregate` in probability space; None when some term is too small for it."""
+    sums = np.zeros(256)
+    mass = 0.0
     for i, node in enumerate(sc.tree.nodes):
         if sc.offsets[i] == 0:
-            parts.append(np.array([sc.node_lp[i]]))
-        elif node.leaves.size:
-            parts.append(sc.node_lp[i] + sc.rows[i, node.leaves])
-    return logsumexp(np.concatenate(parts)) if parts else NEG_INF
+            if _too_small(sc.node_lp[i : i + 1]):
+                return None
+            mass += float(np.exp(sc.node_lp[i]))
+        if not node.leaves.size:
+            continue
+        first, values = _node_leaves(sc, by_pos, i)
+        if _too_small(values):
+            return None
+        part = np.bincount(first, weights=np.exp(values, out=values), minlength=256)
+        sums += part
+        if sc.offsets[i] > 0:
+            mass += float(part.sum())
+    with np.errstate(divide="ignore"):
+        return np.log(sums), (float(np.log(mass)) if mass > 0 else NEG_INF)
+
+
+def _too_small(values: np.ndarray) -> bool:
+    """True if a finite value is below LOG_TINY (-inf terms are exact zeros: fine)."""
+    if not values.size or float(values.min()) >= LOG_TINY:
+        return False
+    return bool(np.any((values < LOG_TINY) & np.isfinite(values)))
+
+
+def _log_sums(sc: _Scored, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
+    """`_aggregate` in the log domain: exact whatever the magnitudes, but slower."""
+    firsts: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    parts: list[np.ndarray] = []
+    for i, node in enumerate(sc.tree.nodes):
+        if sc.offsets[i] == 0:
+            parts.append(sc.node_lp[i : i + 1])
+        if node.leaves.size:
+            first, value = _node_leaves(sc, by_pos, i)
+            firsts.append(first)
+            values.append(value)
+            if sc.offsets[i] > 0:
+                parts.append(value)
+    if not values:
+        sums = np.full(256, NEG_INF)
+    else:
+        sums = _bucket_logsumexp(np.concatenate(firsts), np.concatenate(values))
+    return sums, (logsumexp(np.concatenate(parts)) if parts else NEG_INF)
 
 
 def _bucket_logsumexp(buckets: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -393,14 +454,15 @@ def _bucket_logsumexp(buckets: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _padded_bytes(token_bytes: Sequence[bytes | None]) -> np.ndarray:
-    """uint8 [V, max_len]: token bytes, zero-padded (read only where a token has the byte)."""
+def _bytes_by_position(token_bytes: Sequence[bytes | None]) -> np.ndarray:
+    """uint8 [max_len, V]: byte k of every token in row k, zero-padded (read only where a
+    token has the byte); by position so that a node's next bytes are one contiguous row."""
     width = max(len(b) for b in token_bytes if b is not None)
     out = np.zeros((len(token_bytes), width), dtype=np.uint8)
     for i, b in enumerate(token_bytes):
         if b:
             out[i, : len(b)] = np.frombuffer(b, dtype=np.uint8)
-    return out
+    return np.ascontiguousarray(out.T)
 
 
 def _common_len(a: bytes, b: bytes) -> int:
