@@ -68,3 +68,7 @@ bench-ensemble:  ## ensembles: per-byte cost of 2- and 3-model byte-level ensemb
 .PHONY: bench-sampling
 bench-sampling:  ## issue 3: PBP vs generate() wall time, byte-mode bytes/s vs tokens/s, KV rows over 500 bytes
 	$(PY) benchmarks/bench_sampling.py
+
+.PHONY: bench-default-model
+bench-default-model:  ## shipped model: next-character accuracy at 500 mid-identifier cuts (naive, healing 1, ByteSampler), written to the model card
+	$(PY) benchmarks/bench_default_model.py --write-card
