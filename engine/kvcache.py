@@ -58,10 +58,7 @@ class KVCache:
 
     def __len__(self) -> int:
         """Number of token positions (rows) held; 0 before the first forward call."""
-        tensors = _layer_tensors(self._cache)
-        if not tensors or tensors[0][0] is None or tensors[0][0].numel() == 0:
-            return 0
-        return int(tensors[0][0].shape[-2])
+        return _rows(_layer_tensors(self._cache))
 
     def layer_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(keys, values) of every layer, each [batch, kv_heads, seq, head_dim] (for tests)."""
@@ -88,32 +85,84 @@ class KVCache:
     def select_rows(self, rows: Sequence[int] | np.ndarray) -> None:
         """Keep only `rows` (in the given order) of every layer's keys and values.
 
-        A prefix ``0..m-1`` is a crop (a view, no copy); anything else is an
-        index_select along the sequence dimension, done one layer at a time so the
-        extra memory is one layer's worth.
+        Rows ``0..m-1`` kept in place at the front are never copied: a pure prefix
+        is a crop (a view), and otherwise only the rows after the prefix are
+        gathered and written back behind it, so garbage collection costs the size
+        of the tree, not of the context. A tensor that cannot be written in place
+        (it needs grad, or it is an inference tensor outside inference mode) gets
+        an index_select instead, one layer at a time.
 
         Example:
             >>> kv = KVCache()
             >>> kv.select_rows([])   # nothing cached, nothing to do
         """
         idx = np.asarray(rows, dtype=np.int64)  # [R]
-        n = len(self)
+        layers = _layer_tensors(self._cache)
+        n = _rows(layers)
         if n == 0:
             if len(idx):
                 raise IndexError(f"cannot select rows {idx[:4].tolist()}... of an empty cache")
             return
         if len(idx) and (idx.min() < 0 or idx.max() >= n):
             raise IndexError(f"row index out of range for a cache of {n} rows")
-        is_prefix = np.array_equal(idx, np.arange(len(idx)))
-        if is_prefix and len(idx) == n:
+        head = _prefix_run(idx)
+        if head == len(idx) == n:
             return
-        for i, (keys, values) in enumerate(_layer_tensors(self._cache)):
-            if is_prefix:
-                new_k, new_v = keys[..., : len(idx), :], values[..., : len(idx), :]
+        index: dict[tuple[Any, int], torch.Tensor] = {}  # rows to gather, once per device
+        for i, (keys, values) in enumerate(layers):
+            if head == len(idx):
+                new_k, new_v = keys[..., :head, :], values[..., :head, :]
+            elif head and _writable(keys) and _writable(values):
+                moved = _index(index, idx, head, keys.device)
+                new_k, new_v = _compact(keys, moved, head), _compact(values, moved, head)
             else:
-                index = _as_index(idx, keys.device)
-                new_k, new_v = keys.index_select(-2, index), values.index_select(-2, index)
+                every = _index(index, idx, 0, keys.device)  # no shared head: a full gather
+                new_k, new_v = keys.index_select(-2, every), values.index_select(-2, every)
             _set_layer(self._cache, i, new_k, new_v)
+
+
+def _prefix_run(idx: np.ndarray) -> int:
+    """Length of the leading run ``0, 1, 2, ...`` of idx.
+
+    Example:
+        >>> _prefix_run(np.array([0, 1, 5, 3])), _prefix_run(np.array([0, 1]))
+        (2, 2)
+    """
+    diff = np.flatnonzero(idx != np.arange(len(idx)))
+    return int(diff[0]) if len(diff) else len(idx)
+
+
+def _writable(t: torch.Tensor) -> bool:
+    """May `t` be changed in place here (no autograd history, no inference-mode rule)?"""
+    import torch
+
+    return not t.requires_grad and (not t.is_inference() or torch.is_inference_mode_enabled())
+
+
+def _compact(t: torch.Tensor, moved: torch.Tensor, head: int) -> torch.Tensor:
+    """``t`` with rows ``0..head-1`` and then the rows `moved` (all at or after `head`):
+    gathers them (a copy, so overlapping sources are safe), writes them behind the head,
+    returns a view of the first ``head + len(moved)`` rows."""
+    end = head + len(moved)
+    t[..., head:end, :] = t.index_select(-2, moved)  # [B, H, R-head, D]
+    return t[..., :end, :]
+
+
+def _index(
+    cache: dict[tuple[Any, int], torch.Tensor], idx: np.ndarray, start: int, device: Any
+) -> torch.Tensor:
+    """``idx[start:]`` as a long tensor on `device`, made once per device per call."""
+    key = (device, start)
+    if key not in cache:
+        cache[key] = _as_index(idx[start:], device)
+    return cache[key]
+
+
+def _rows(layers: list[tuple[Any, Any]]) -> int:
+    """Rows held by the first layer (0 when nothing is cached yet)."""
+    if not layers or layers[0][0] is None or layers[0][0].numel() == 0:
+        return 0
+    return int(layers[0][0].shape[-2])
 
 
 def _as_index(idx: np.ndarray, device: torch.device) -> torch.Tensor:
