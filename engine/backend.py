@@ -295,8 +295,15 @@ class _Planner:
         )
         final = np.empty(n_keep + n_new, dtype=np.int64)  # [K+Q] final row of each row
         final[order] = np.arange(n_keep + n_new)
-        lp_rows = {int(final[k]): int(old) for k, old in enumerate(keep) if old in self.old_lp}
+        lp_rows = {int(final[k]): old for old, k in self._kept_at(keep, n_prefix).items()}
         return _Plan(step, self.nodes, final[n_keep:], lp_rows)
+
+    def _kept_at(self, keep: np.ndarray, n_prefix: int) -> dict[int, int]:
+        """Old row -> its place in `keep`, for the few old rows that hold log-probs (the
+        kept trunk prefix can be long: it is ``keep[:n_prefix] == 0..n_prefix-1``)."""
+        after = {int(old): n_prefix + j for j, old in enumerate(keep[n_prefix:].tolist())}
+        at = {old: old if old < n_prefix else after.get(old, -1) for old in self.old_lp}
+        return {old: k for old, k in at.items() if k >= 0}
 
     def _match_trunk(
         self, index: dict[int, _Entry]

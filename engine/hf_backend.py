@@ -248,16 +248,19 @@ class HFModel:
         self.eos_token_id: Any = getattr(model.config, "eos_token_id", None)
         params = inspect.signature(model.forward).parameters
         self.keeps_logits = "logits_to_keep" in params
+        # Read per forward call: one parameter's attributes are cheaper than the model's
+        # properties, and .to() moves parameters in place, so they stay current.
+        self._weight = _first_float_parameter(model)
 
     @property
     def device(self) -> torch.device:
         """Device of the model's weights (inputs go there)."""
-        return self.model.device
+        return self._weight.device if self._weight is not None else self.model.device
 
     @property
     def dtype(self) -> torch.dtype:
         """dtype of the model's weights (the attention mask uses it)."""
-        return self.model.dtype
+        return self._weight.dtype if self._weight is not None else self.model.dtype
 
     def session(self, bos_id: int | None = None, trunk_logits_window: int = 8) -> HFSession:
         """A new `HFSession` with an empty cache."""
@@ -277,6 +280,11 @@ class HFModel:
             except RuntimeError as exc:
                 raise BackendError(f"model forward failed: {_brief(exc)}") from exc
         return _to_logprobs(logits)
+
+
+def _first_float_parameter(model: PreTrainedModel) -> torch.nn.Parameter | None:
+    """The first floating-point parameter (what transformers reads for ``model.dtype``)."""
+    return next((p for p in model.parameters() if p.is_floating_point()), None)
 
 
 def _output_size(model: PreTrainedModel) -> int:
@@ -310,6 +318,7 @@ class HFSession(TreeScoringSession):
         super().__init__(model.vocab_size, bos_id, model.input_vocab_size, trunk_logits_window)
         self.model = model
         self._kv = KVCache()
+        self._checked_layers = -1  # layer count at the last full check_layers()
 
     def cache_len(self) -> int:
         """Rows physically held by the transformers cache."""
@@ -317,6 +326,7 @@ class HFSession(TreeScoringSession):
 
     def _clear(self) -> None:
         self._kv = KVCache()
+        self._checked_layers = -1
 
     def _apply(self, step: ForwardStep) -> np.ndarray:
         import torch
@@ -347,9 +357,6 @@ class HFSession(TreeScoringSession):
         dev, dtype = self.model.device, self.model.dtype
         ids = torch.as_tensor(step.tokens, device=dev)[None]  # [1, Q]
         positions = torch.as_tensor(step.positions, device=dev)[None]  # [1, Q]
-        allowed = torch.as_tensor(step.attention_mask(), device=dev)  # [Q, K+Q]
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=dev)  # [Q, K+Q]
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         queries = torch.as_tensor(step.logit_queries, device=dev)  # [L]
         kwargs: dict[str, Any] = {}
         if self.model.keeps_logits:
@@ -357,13 +364,32 @@ class HFSession(TreeScoringSession):
         out = self.model.model(
             input_ids=ids,
             position_ids=positions,
-            attention_mask=mask[None, None],  # [1, 1, Q, K+Q]
+            attention_mask=_float_mask(step, dtype, dev)[None, None],  # [1, 1, Q, K+Q]
             past_key_values=self._kv.hf,
             use_cache=True,
             **kwargs,
         )
-        self._kv.check_layers()
+        layers = len(self._kv.layer_tensors())
+        if layers != self._checked_layers:  # layers appear on the first forward only
+            self._kv.check_layers()
+            self._checked_layers = layers
         logits = out.logits[0] if self.model.keeps_logits else out.logits[0, queries]  # [L, V]
         if len(queries) == 0:
             return np.zeros((0, self.vocab_size), dtype=np.float64)
         return _to_logprobs(logits)
+
+
+def _float_mask(step: ForwardStep, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
+    """[Q, K+Q] additive mask: 0 where a new token may attend, the dtype's minimum elsewhere.
+
+    One new token on a cache of trunk rows only (plain decoding, PBP mode) sees every
+    row: all zeros, without building the boolean mask.
+    """
+    import torch
+
+    n_rows = len(step.keep) + len(step.tokens)
+    if len(step.tokens) == 1 and len(step.trunk_rows) == n_rows:
+        return torch.zeros((1, n_rows), dtype=dtype, device=dev)
+    allowed = torch.as_tensor(step.attention_mask(), device=dev)  # [Q, K+Q]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=dev)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
