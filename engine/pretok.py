@@ -14,8 +14,12 @@ GPT-2 pattern).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
 
+import numpy as np
 import regex
 
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -127,7 +131,7 @@ class _Parser:
     ("rep", node, lo, hi|None) greedy repetition, ("look", negative, [atom ks]).
     """
 
-    def __init__(self, pattern: str, atoms: list[regex.Pattern[str]]) -> None:
+    def __init__(self, pattern: str, atoms: list[Atom]) -> None:
         self.p, self.i, self.atoms = pattern, 0, atoms
         self.ignore_case = [False]
 
@@ -176,8 +180,14 @@ class _Parser:
             end = self._class_end(self.i)
             return self._atom(p[self.i : end], end)
         if c == "\\":
-            m = regex.compile(r"\\[pP]\{[^}]+\}|\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}|\\.").match(p, self.i)
-            if m is None or m.group() in ("\\b", "\\B", "\\A", "\\Z", "\\G") or m.group()[1].isdigit():
+            m = regex.compile(r"\\[pP]\{[^}]+\}|\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}|\\.").match(
+                p, self.i
+            )
+            if (
+                m is None
+                or m.group() in ("\\b", "\\B", "\\A", "\\Z", "\\G")
+                or m.group()[1].isdigit()
+            ):
                 raise UnsupportedPattern(f"escape at {self.i}")
             return self._atom(m.group(), m.end())
         if c in "^$":
@@ -298,9 +308,26 @@ class ClassMachine:
     DEAD, INIT = 0, 1
 
     def __init__(self, pattern: str) -> None:
-        self.atoms: list[regex.Pattern[str]] = []
+        atoms: list[Atom] = []
+        self._build(_Parser(pattern, atoms).parse(), atoms)
+
+    @classmethod
+    def for_chain(cls, patterns: list[str]) -> ClassMachine:
+        """One machine for a chain of Isolated splits (see :func:`_chain_tree`)."""
+        machine = cls.__new__(cls)
+        machine._build(*_chain_tree(patterns))
+        return machine
+
+    @classmethod
+    def _from_tree(cls, tree: tuple, atoms: list[Atom]) -> ClassMachine:
+        machine = cls.__new__(cls)
+        machine._build(tree, atoms)
+        return machine
+
+    def _build(self, tree: tuple, atoms: list[Atom]) -> None:
+        self.atoms = atoms
         prog: list[list] = []
-        _emit(_Parser(pattern, self.atoms).parse(), prog)
+        _emit(tree, prog)
         prog.append(["match"])
         self.prog = [tuple(op) for op in prog]
         self.class_ids: dict[tuple[bool, ...], int] = {}
@@ -313,15 +340,28 @@ class ClassMachine:
     def char_class(self, ch: str) -> int:
         cid = self._char_cls.get(ch)
         if cid is None:
-            sig = tuple(a.fullmatch(ch) is not None for a in self.atoms)
-            cid = self.class_ids.setdefault(sig, len(self.class_sigs))
-            if cid == len(self.class_sigs):
-                self.class_sigs.append(sig)
+            cid = self._class_id(tuple(a.fullmatch(ch) is not None for a in self.atoms))
             self._char_cls[ch] = cid
         return cid
 
     def classes(self, text: str) -> list[int]:
         return [self.char_class(ch) for ch in text]
+
+    def bulk_classes(self, text: str, memo: dict | None = None) -> np.ndarray:
+        """The class of every character of a long text at once (all completions of a
+        4-byte lead, all of Unicode): one vectorized pass per atom, nothing cached per
+        character."""
+        if not text:
+            return np.zeros(0, dtype=np.int64)
+        group, first, sigs = signature_groups(self.atoms, text, memo)
+        ids = np.array([self._class_id(tuple(sigs[i].tolist())) for i in first])
+        return ids[group]
+
+    def _class_id(self, sig: tuple[bool, ...]) -> int:
+        cid = self.class_ids.setdefault(sig, len(self.class_sigs))
+        if cid == len(self.class_sigs):
+            self.class_sigs.append(sig)
+        return cid
 
     def step(self, state: int, cls: int) -> tuple[bool, int]:
         key = (state, cls)
@@ -380,3 +420,217 @@ class ClassMachine:
             if state == self.DEAD:
                 break
         return rec
+
+
+# ------------------------------------------------------------------ chains of splits
+class Atom(Protocol):
+    """A test of one character: compiled regex atoms and the derived ones below."""
+
+    def fullmatch(self, ch: str) -> object | None: ...
+
+
+class _Both:
+    """Characters both atoms accept (an atom of a pattern restricted to one cell)."""
+
+    def __init__(self, a: Atom, b: Atom) -> None:
+        self.a, self.b = a, b
+
+    def fullmatch(self, ch: str) -> bool | None:
+        return True if self.a.fullmatch(ch) is not None and self.b.fullmatch(ch) else None
+
+
+class _Outside:
+    """Characters none of the atoms accept."""
+
+    def __init__(self, atoms: list[Atom]) -> None:
+        self.atoms = atoms
+
+    def fullmatch(self, ch: str) -> bool | None:
+        return None if any(a.fullmatch(ch) is not None for a in self.atoms) else True
+
+
+class _ClassIn:
+    """Characters of ``cell`` whose class under ``machine`` is one of ``ids``."""
+
+    def __init__(self, machine: ClassMachine, ids: set[int], cell: Atom) -> None:
+        self.machine, self.ids, self.cell = machine, frozenset(ids), cell
+
+    def fullmatch(self, ch: str) -> bool | None:
+        inside = self.cell.fullmatch(ch) is not None
+        return True if inside and self.machine.char_class(ch) in self.ids else None
+
+
+def atom_mask(atom: Atom, text: str, memo: dict) -> np.ndarray:
+    """Which characters of ``text`` the atom accepts (memoized per atom in ``memo``)."""
+    key = (id(atom), len(text))
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    if isinstance(atom, _Both):
+        out = atom_mask(atom.a, text, memo) & atom_mask(atom.b, text, memo)
+    elif isinstance(atom, _Outside):
+        out = ~np.logical_or.reduce([atom_mask(a, text, memo) for a in atom.atoms])
+    elif isinstance(atom, _ClassIn):
+        ids = atom.machine.bulk_classes(text, memo)
+        out = atom_mask(atom.cell, text, memo) & np.isin(ids, list(atom.ids))
+    else:  # a compiled single-character regex: mark its matches in one C-level pass
+        marked = atom.sub("\x00", text)  # type: ignore[attr-defined]
+        codes = np.frombuffer(marked.encode("utf-32-le"), dtype=np.uint32)
+        out = codes == 0
+        nul = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32) == 0
+        out[nul] = atom.fullmatch("\x00") is not None
+    memo[key] = out
+    return out
+
+
+def signature_groups(
+    atoms: list[Atom], text: str, memo: dict | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group the characters of ``text`` by their answers to every atom: (group of each
+    character, index of each group's first character, the answers [chars, atoms])."""
+    memo = {} if memo is None else memo
+    sigs = np.stack([atom_mask(a, text, memo) for a in atoms], axis=1)
+    packed = np.ascontiguousarray(np.packbits(sigs, axis=1))
+    keys = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return inverse.reshape(-1), first, sigs
+
+
+@lru_cache(maxsize=1)
+def unicode_text() -> str:
+    """Every Unicode scalar value once, in order (surrogates cannot occur in UTF-8)."""
+    return "".join(map(chr, [*range(0xD800), *range(0xE000, 0x110000)]))
+
+
+def _chain_tree(patterns: list[str]) -> tuple[tuple, list[Atom]]:
+    """One leftmost-first pattern that splits text as a chain of Isolated splits does.
+
+    Supported chains: every split but the last is a run of one character test
+    (``A+`` or ``A{1,n}``), the tests are disjoint, and the last pattern never matches
+    the empty string. The outer splits then cut the text into *cells*: maximal runs of
+    each unbounded test, groups of each bounded one, and maximal runs of the characters
+    no outer test accepts; the last pattern runs inside each cell, where a character
+    outside the cell looks like the end of the text, and text it does not match (a gap)
+    becomes a pre-token of its own. Raises :class:`UnsupportedPattern` otherwise.
+    """
+    atoms: list[Atom] = []
+    trees = [_Parser(p, atoms).parse() for p in patterns]
+    outer = [_run_of_one_atom(t) for t in trees[:-1]]
+    memo: dict = {}
+    universe = unicode_text()
+    masks = [atom_mask(atoms[k], universe, memo) for k, _, _ in outer]
+    if any((a & b).any() for a, b in itertools.combinations(masks, 2)):
+        raise UnsupportedPattern("outer splits overlap")
+    cells = [(atoms[k], lo, hi) for k, lo, hi in outer]
+    cells.append((_Outside([atoms[k] for k, _, _ in outer]), 1, None))
+    alts, gaps = [], []
+    for cell, lo, hi in cells:
+        atoms.append(cell)
+        cell_k = len(atoms) - 1
+        inner = _restrict(trees[-1], cell_k, atoms)
+        probe = ClassMachine._from_tree(inner, list(atoms))
+        starts = _match_starts(probe, cell, universe, memo)
+        if hi is not None:  # a bounded group stays whole if the last pattern cannot split it
+            if any(starts.values()):
+                raise UnsupportedPattern("the last split may cut a bounded outer group")
+            alts.append(("rep", ("atom", cell_k), lo, hi))
+            continue
+        alts.append(inner)
+        gap = _gap_tree(probe, cell, starts, atoms)
+        if gap is not None:
+            gaps.append(gap)
+    return ("alt", alts + gaps), atoms
+
+
+def _run_of_one_atom(tree: tuple) -> tuple[int, int, int | None]:
+    """(atom, lo, hi) of a pattern ``A{lo,hi}`` with lo == 1; else unsupported."""
+    while tree[0] == "cat" and len(tree[1]) == 1:
+        tree = tree[1][0]
+    if tree[0] != "rep" or tree[1][0] != "atom" or tree[2] != 1:
+        raise UnsupportedPattern("an outer split that is not a run of one character test")
+    return tree[1][1], tree[2], tree[3]
+
+
+def _restrict(tree: tuple, cell: int, atoms: list[Atom]) -> tuple:
+    """The pattern with every character test (lookaheads too) limited to the cell."""
+    kind = tree[0]
+    if kind == "atom":
+        atoms.append(_Both(atoms[tree[1]], atoms[cell]))
+        return ("atom", len(atoms) - 1)
+    if kind == "look":
+        ks = []
+        for k in tree[2]:
+            atoms.append(_Both(atoms[k], atoms[cell]))
+            ks.append(len(atoms) - 1)
+        return ("look", tree[1], ks)
+    if kind in ("cat", "alt"):
+        return (kind, [_restrict(t, cell, atoms) for t in tree[1]])
+    return ("rep", _restrict(tree[1], cell, atoms), tree[2], tree[3])
+
+
+def _match_starts(
+    probe: ClassMachine, cell: Atom, universe: str, memo: dict
+) -> dict[int, set[int]]:
+    """For each class of the cell's characters: the classes of the next character (END
+    included) after which a non-empty match starts at it. Raises when that needs more
+    than one character of lookahead."""
+    inside = atom_mask(cell, universe, memo)
+    ids = probe.bulk_classes(universe, memo)
+    realized = sorted({int(c) for c in np.unique(ids[inside])})
+    nexts = [*realized, END]
+    out: dict[int, set[int]] = {}
+    for c in realized:
+        empty, s1 = probe.step(ClassMachine.INIT, c)
+        if empty:
+            raise UnsupportedPattern("the last split matches the empty string")
+        out[c] = {c2 for c2 in nexts if _starts_after(probe, s1, c2, realized)}
+    return out
+
+
+def _starts_after(probe: ClassMachine, s1: int, c2: int, realized: list[int]) -> bool:
+    matched, s2 = probe.step(s1, c2)
+    if matched or s2 == ClassMachine.DEAD:
+        return matched
+    if all(probe.step(s2, c3)[0] for c3 in [*realized, END]):
+        return True
+    if not _can_match(probe, s2, realized):
+        return False
+    raise UnsupportedPattern("whether a match starts needs two characters of lookahead")
+
+
+def _can_match(probe: ClassMachine, state: int, realized: list[int]) -> bool:
+    seen, todo = {state}, [state]
+    while todo:
+        st = todo.pop()
+        for c in [*realized, END]:
+            matched, nxt = probe.step(st, c)
+            if matched:
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
+
+
+def _gap_tree(
+    probe: ClassMachine, cell: Atom, starts: dict[int, set[int]], atoms: list[Atom]
+) -> tuple | None:
+    """A run of the cell's characters at which no match starts: each one either never
+    starts a match, or does only before certain next characters (a negative lookahead)."""
+    never = {c for c, nxt in starts.items() if not nxt}
+    branches: list[tuple] = []
+    if never:
+        atoms.append(_ClassIn(probe, never, cell))
+        branches.append(("atom", len(atoms) - 1))
+    realized = set(starts)
+    for c, nxt in sorted(starts.items()):
+        if not nxt or nxt >= realized | {END}:
+            continue  # never starts, or always does
+        if END in nxt:
+            raise UnsupportedPattern("a gap character that starts a match at the end")
+        atoms.append(_ClassIn(probe, {c}, cell))
+        atoms.append(_ClassIn(probe, nxt, cell))
+        branches.append(("cat", [("atom", len(atoms) - 2), ("look", True, [len(atoms) - 1])]))
+    if not branches:
+        return None
+    return ("rep", ("alt", branches) if len(branches) > 1 else branches[0], 1, None)
