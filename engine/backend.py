@@ -398,6 +398,20 @@ class TreeScoringSession(ABC):
             >>> s.logprobs([3], [(), (4, 5)]).shape
             (2, 20)
         """
+        rows = self.logprob_rows(trunk, paths)
+        if not rows:
+            return np.zeros((0, self.vocab_size), dtype=np.float64)
+        return np.stack(rows)  # [P, V]
+
+    def logprob_rows(self, trunk: Sequence[int], paths: Sequence[TokenPath]) -> list[np.ndarray]:
+        """`logprobs` as one read-only float64 [vocab_size] row per path, not copied into
+        one matrix (with a 128k vocabulary a row is 1 MB, and a tree asks for several).
+
+        Example:
+            >>> rows = FakeModel(20).session(bos_id=0).logprob_rows([3], [(), (4,)])
+            >>> len(rows), rows[0].shape, rows[0].flags.writeable
+            (2, (20,), False)
+        """
         ctx = self._context(trunk)
         wanted = [self._path(p) for p in paths]
         if len(ctx) == 0 and () in wanted:
@@ -413,10 +427,7 @@ class TreeScoringSession(ABC):
             self._forget()  # the cache may be half-updated: start afresh next time
             raise
         self._commit(ctx, plan, new_lp)
-        rows = [len(ctx) - 1 if not p else self._nodes[p] for p in wanted]
-        if not rows:
-            return np.zeros((0, self.vocab_size), dtype=np.float64)
-        return np.stack([self._lp[r] for r in rows])  # [P, V]
+        return [self._lp[len(ctx) - 1 if not p else self._nodes[p]] for p in wanted]
 
     def expected_cache_len(self) -> int:
         """bos? + trunk + distinct trie nodes of the last call: what `cache_len` must be."""
@@ -452,6 +463,7 @@ class TreeScoringSession(ABC):
         """Update bookkeeping after a successful `_apply`."""
         step = plan.step
         lp = {row: self._lp[old] for row, old in plan.lp_rows.items()}
+        new_lp.setflags(write=False)  # rows are handed out as they are (logprob_rows)
         for q, values in zip(step.logit_queries, new_lp, strict=True):
             lp[int(plan.new_rows[q])] = values
         oldest = len(ctx) - self.trunk_logits_window

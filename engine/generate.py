@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import BackendError, ScoringModel
-from .sampling import NEG_INF, ByteSampler, Transform, logsumexp
+from .sampling import NEG_INF, ByteSampler, Transform, logsumexp, session_rows
 from .vct import Engine, split_utf8
 
 METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
@@ -249,9 +249,9 @@ class Completer:
         while made < budget:
             if out.before_step():
                 return made
-            row = self.session.logprobs(context, [()])[0]
+            row = session_rows(self.session, context, [()])[0]  # read-only: the session's
             if s.ignore_eos:
-                row = row.copy()  # the session keeps its rows: mask a copy
+                row = row.copy()
                 row[self._special_ids] = NEG_INF
             row = s.transform.apply(row)
             t = _pick(row, s.transform.is_greedy, rng)

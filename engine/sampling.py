@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backend import BackendError, ScoringModel, ScoringSession
+from .backend import BackendError, ScoringModel, ScoringSession, TreeScoringSession
 from .vct import VCT, Engine, Tree
 
 __all__ = [
@@ -40,10 +40,12 @@ __all__ = [
     "NextBytes",
     "Transform",
     "logsumexp",
+    "session_rows",
     "start_token",
 ]
 
 NEG_INF = float("-inf")
+Rows = Sequence[np.ndarray] | np.ndarray  # per node: float64 [V] log-probs (read only)
 TRUNK_CHUNK = 64  # trunk tokens scored per call when the prefix probability is tracked
 
 
@@ -157,7 +159,7 @@ class NextBytes:
 class _Scored:
     tree: Tree
     node_lp: np.ndarray  # [N] log P(node path | trunk)
-    rows: np.ndarray  # [N, V] next-token log-probs at each node (transformed if asked)
+    rows: Rows  # [N][V] next-token log-probs at each node (transformed if asked)
     offsets: list[int]  # [N] bytes of the prefix after each node (0: the node ends at x)
     buckets: tuple[np.ndarray, float] | None = None  # `_aggregate`'s result, once computed
 
@@ -261,16 +263,16 @@ class ByteSampler:
         if self.track_prefix:
             rows = self._score_tracking(tree.trunk, paths)
         else:
-            rows = self.session.logprobs(tree.trunk, paths)  # [N, V]
+            rows = self._rows(tree.trunk, paths)  # [N][V]
         if not transform.is_identity:
-            rows = transform.apply(rows)
+            rows = transform.apply(np.stack(rows))
         node_lp = np.zeros(len(paths))
         index = {p: i for i, p in enumerate(paths)}
         offsets = []
         for i, path in enumerate(paths):
             if path:
                 parent = index[path[:-1]]
-                node_lp[i] = node_lp[parent] + rows[parent, path[-1]]
+                node_lp[i] = node_lp[parent] + rows[parent][path[-1]]
             offsets.append(tree.rest - int(self._lengths[list(path)].sum()) if path else tree.rest)
         scored = _Scored(tree, node_lp, rows, offsets)
         self._cache = (key, transform, scored)
@@ -286,15 +288,18 @@ class ByteSampler:
         del self._cum[common + 1 :]
         while len(trunk) - len(self._scored) > TRUNK_CHUNK:  # long new trunk: chunks
             chunk = trunk[len(self._scored) : len(self._scored) + TRUNK_CHUNK]
-            lp = self.session.logprobs(self._scored, [tuple(chunk[:j]) for j in range(len(chunk))])
+            lp = self._rows(self._scored, [tuple(chunk[:j]) for j in range(len(chunk))])
             self._extend(chunk, lp)
         ext = tuple(trunk[len(self._scored) :])
         asked = [ext[:j] for j in range(len(ext))] + [ext + p for p in paths]
-        lp = self.session.logprobs(self._scored, asked)
+        lp = self._rows(self._scored, asked)
         self._extend(list(ext), lp[: len(ext)])
         return lp[len(ext) :]
 
-    def _extend(self, tokens: list[int], rows: np.ndarray) -> None:
+    def _rows(self, trunk: list[int], paths: list[tuple[int, ...]]) -> Rows:
+        return session_rows(self.session, trunk, paths)
+
+    def _extend(self, tokens: list[int], rows: Rows) -> None:
         for token, row in zip(tokens, rows, strict=True):
             self._cum.append(self._cum[-1] + float(row[token]))
             self._scored.append(token)
@@ -319,7 +324,7 @@ class ByteSampler:
             for toks in ends:
                 nodes.append(np.full(toks.size, i, dtype=np.int64))
                 tokens.append(np.asarray(toks, dtype=np.int64))
-                weights.append(sc.node_lp[i] + sc.rows[i, toks])
+                weights.append(sc.node_lp[i] + sc.rows[i][toks])
         if not weights:
             empty = np.zeros(0, dtype=np.int64)
             return LeafSet(sc.tree, empty, empty, np.zeros(0))
@@ -348,11 +353,23 @@ class ByteSampler:
         events: dict[int, float] = {}
         for i, node in enumerate(sc.tree.nodes):
             if node.path == sc.tree.complete and self._special.size:
-                lp = sc.node_lp[i] + sc.rows[i, self._special] - shift
+                lp = sc.node_lp[i] + sc.rows[i][self._special] - shift
                 events = {int(t): float(v) for t, v in zip(self._special, lp, strict=True)}
         eos = logsumexp(np.array(list(events.values()))) if events else NEG_INF
         prefix_lp = self._cum[-1] + shift if self.track_prefix else None
         return NextBytes(sums - shift, eos, events, prefix_lp, self.session.inference_tokens)
+
+
+def session_rows(
+    session: ScoringSession, trunk: Sequence[int], paths: Sequence[tuple[int, ...]]
+) -> Rows:
+    """Log-prob rows after ``trunk + path``; our own sessions hand them out without
+    stacking them into a copy (anything else, a counting wrapper say, is asked
+    ``logprobs``). The rows may be read-only.
+    """
+    if isinstance(session, TreeScoringSession):
+        return session.logprob_rows(trunk, paths)
+    return session.logprobs(trunk, paths)
 
 
 # Terms below exp(-665) may be subnormal in a float64 sum (relative error > 1e-16):
@@ -377,7 +394,7 @@ def _aggregate(sc: _Scored, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
 def _node_leaves(sc: _Scored, by_pos: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
     """(next byte, log P(path + leaf | trunk)) of node i's leaves.
 
-    ``take`` on 1-D rows: the 2-D fancy index ``rows[i, leaves]`` is several times
+    ``take`` on 1-D rows: a 2-D fancy index ``rows[i, leaves]`` is several times
     slower, and a column of a [V, max_len] table is a cache miss per leaf.
     """
     leaves = sc.tree.nodes[i].leaves
