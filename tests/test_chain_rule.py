@@ -19,14 +19,6 @@ from .tiny_models import build_tiny_llama  # noqa: E402
 
 STEPS = int(os.environ.get("MIDWORD_CHAIN_BYTES", "300"))
 TOL = 1e-9
-# Known engine gaps (README, Known gaps): strict, so a fix shows up as a failure to clean up.
-KNOWN_GAPS = {
-    "qwen3": (
-        "a token ending two or more bytes short of a character is judged on representative"
-        " completions in the leaf tables, but byte by byte once the character is typed"
-    ),
-    "deepseek_v3": "chained split regexes still use the head-key shortcut for end children",
-}
 
 
 def sampler_for(name: str) -> ByteSampler:
@@ -46,11 +38,7 @@ def cache_rows_expected(sampler: ByteSampler) -> int:
     return 1 + len(tree.trunk) + sum(1 for node in tree.nodes if node.path)
 
 
-def test_chain_rule_and_cache_size_along_a_generation(
-    tokenizer_name: str, request: pytest.FixtureRequest
-) -> None:
-    if tokenizer_name in KNOWN_GAPS:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[tokenizer_name]))
+def test_chain_rule_and_cache_size_along_a_generation(tokenizer_name: str) -> None:
     sampler = sampler_for(tokenizer_name)
     specials = set(sampler.tok.special_ids)
     rng = np.random.default_rng(11)
@@ -70,3 +58,34 @@ def test_chain_rule_and_cache_size_along_a_generation(
             step,
             sampler.prefix[-20:],
         )
+
+
+def test_chain_of_splits_as_one_machine() -> None:
+    """DeepSeek V3's three chained splits (digit groups, CJK runs, then the word pattern
+    inside each piece, gaps included) as one class machine: it tiles text exactly as the
+    chain does, so its leaf tables apply."""
+    from midword.engine.pretok import ClassMachine
+
+    from .corpus import CORPUS
+
+    tok = load_engine(str(tokenizer_path("deepseek_v3"))).tok
+    machine = ClassMachine.for_chain([p.pattern for p, _ in tok.pretokenizer.splits])
+    rng = np.random.default_rng(5)
+    # corpus characters plus the edge cases: controls, format, unassigned and private
+    # characters (gaps), marks and punctuation inside the kana ranges, number forms
+    alphabet = sorted(set("".join(CORPUS))) + list(
+        "\x00\x01\u200b\u3040\u30fb\u30fc\u3099\u309b\u30a0ア・イ１２３①²\ue000\U00020000"
+        " \n\r\t\u3000a1.中"
+    )
+    texts = list(CORPUS) + [
+        "".join(rng.choice(alphabet, size=int(rng.integers(1, 14)))) for _ in range(3000)
+    ]
+    for text in texts:
+        classes = machine.classes(text)
+        spans, start = [], 0
+        while start < len(text):
+            end = machine.match_end(classes, start)
+            assert end is not None and end > start, (text, start)
+            spans.append((start, end))
+            start = end
+        assert spans == tok.pretokenizer.spans(text), text
