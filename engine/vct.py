@@ -22,6 +22,7 @@ import itertools
 import os
 import unicodedata
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -622,6 +623,21 @@ class VCT:
     def trunk(self) -> list[int]:
         return self.tree().trunk
 
+    def covers(self, seq: Sequence[int]) -> bool:
+        """Is ``seq`` (trunk included) a covering sequence of the tree?
+
+        The same verdict as looking ``seq`` up in :meth:`tree` (a path to an internal node
+        that ends at the prefix end, or to one of its leaves), found by running the tail
+        builder along ``seq`` alone: milliseconds cheaper than building the whole tree,
+        whose end nodes carry vocabulary-sized leaf arrays. The completeness fuzz asks it
+        about the real encoding at every cut it checks.
+        """
+        settled = len(self.settled_trunk)
+        if list(seq[:settled]) != self.settled_trunk:
+            return False
+        builder = _TailBuilder(self.engine, bytes(self.buf[self.settled :]))
+        return builder.covers([int(t) for t in seq[settled:]])
+
 
 def _common_spans(
     spans_per_probe: list[list[tuple[int, int]]], limit: int
@@ -775,6 +791,41 @@ class _TailBuilder:
             return nxt is not None and end == nxt and self.tok.ignore_merges
         return True
 
+    # ------------------------------------------------------- one path only
+    def covers(self, rest: list[int]) -> bool:
+        """:meth:`VCT.covers` below the settled trunk: ``rest`` walked from the root."""
+        node = _Node((), 0, None, frozenset(), self.region_hyps())
+        for i, t in enumerate(rest):
+            data = self.tok.token_bytes[t]
+            if data is None:
+                return False  # a special token is never text
+            end = node.pos + len(data)
+            if end > len(self.region):
+                return i == len(rest) - 1 and self.is_leaf(node, t)
+            if self.region[node.pos : end] != data:
+                return False
+            hyps = self._inner_ok(node, t, end)
+            if not hyps:
+                return False
+            node = _Node((*node.path, t), end, t, node.bounds | {end}, hyps)
+        return node.pos == len(self.region)
+
+    def is_leaf(self, node: _Node, t: int) -> bool:
+        """``t in`` the leaves of ``node`` (``_straddlers`` / ``_end_children`` asked about
+        one candidate)."""
+        data = self.tok.token_bytes[t] or b""
+        rest = self.region[node.pos :]
+        one = np.array([t], dtype=np.int64)
+        if rest:
+            if not data.startswith(rest) or len(data) <= len(rest):
+                return False
+            got = self._table_leaves(node, one)
+            return t in (got if got is not None else self._exact_leaves(node, [t], len(rest)))
+        if self.partial:
+            return 0x80 <= data[0] < 0xC0 and bool(self._exact_leaves(node, [t], 0))
+        got = self._table_leaves(node, one)
+        return t in (got if got is not None else self._end_children_vectorized(node, only=t))
+
     # -------------------------------------------------------------- leaves
     def _straddlers(self, node: _Node) -> list[int] | np.ndarray:
         """Tokens that cover the rest of the region from ``node`` and reach past it."""
@@ -788,9 +839,9 @@ class _TailBuilder:
 
     def _end_children(self, node: _Node) -> list[int] | np.ndarray:
         if self.partial:  # only tokens that go on with the open character
-            lo, hi = self.e.token_range(b"")
-            cands = [t for b, t in self.e.sorted_bytes[lo:hi] if 0x80 <= b[0] < 0xC0]
-            return self._exact_leaves(node, cands, 0)
+            # tokens starting with a continuation byte: one run of the sorted vocabulary
+            lo, hi = self.e.token_range(b"\x80")[0], self.e.token_range(b"\xbf")[1]
+            return self._exact_leaves(node, self.e.sorted_ids[lo:hi].tolist(), 0)
         got = self._table_leaves(node, None)
         if got is not None:
             return got
@@ -957,22 +1008,27 @@ class _TailBuilder:
                 ok_cont = True
         return ok_new, ok_cont
 
-    def _end_children_vectorized(self, node: _Node) -> list[int]:
+    def _end_children_vectorized(self, node: _Node, only: int | None = None) -> list[int]:
         """The head-key shortcut (not exact): tokens grouped by the classes of their first
         4 characters, one verdict per group. Only for pre-tokenizers the class machine
-        does not model."""
+        does not model. ``only``: judge that one token (its group's verdict alone)."""
         e = self.e
         keys, reps, long_key, irregular, irregular_ids = e.head_keys()
         ok_new = np.zeros(len(reps) + 1, dtype=bool)  # last slot: tokens with key -1 (never)
         ok_cont = np.zeros(len(reps) + 1, dtype=bool)
-        for k, rep in enumerate(reps):
-            long = bool(long_key[k])
+        groups = range(len(reps)) if only is None else [k for k in [int(keys[only])] if k >= 0]
+        for k in groups:
+            rep, long = reps[k], bool(long_key[k])
             ok_new[k], ok_cont[k] = self._leaf_verdicts(node, rep, len(rep.encode("utf-8")), long)
         mask = ok_new[keys] & e.starts_ok & e.tail_ok
         if node.last is not None:
             mask |= ok_cont[keys] & e.validity.successors(node.last)
         mask &= (keys >= 0) & e.whole_ok & ~irregular
-        exact = self._exact_leaves(node, irregular_ids + e.added_ids, 0)
+        exact_cands = irregular_ids + e.added_ids
+        if only is not None:
+            exact_cands = [only] if only in exact_cands else []
+            return [only] if mask[only] or self._exact_leaves(node, exact_cands, 0) else []
+        exact = self._exact_leaves(node, exact_cands, 0)
         return sorted(np.flatnonzero(mask).tolist() + exact)
 
 

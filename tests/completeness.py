@@ -28,14 +28,11 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 from midword.engine.tokenizer import BPETokenizer
 from midword.engine.vct import (
     VCT,
     Engine,
     Tree,
-    _Node,
-    _TailBuilder,
     char_completions,
     load_engine,
 )
@@ -78,71 +75,9 @@ def is_path(tree: Tree, seq: Sequence[int]) -> bool:
 
 
 def covers(vct: VCT, seq: Sequence[int]) -> bool:
-    """:func:`is_path` of ``vct.tree()`` asking only about the one path: the tail
-    builder's own steps (hypotheses, inner children, leaf verdicts) are run along
-    ``seq`` alone instead of over the whole tree. A node that ends at the end of the
-    prefix is accepted when it exists (the whole tree would drop it only if no token
-    at all could follow it)."""
-    settled = vct.settled_trunk
-    if list(seq[: len(settled)]) != settled:
-        return False  # the streamed (settled) trunk disagrees
-    region = bytes(vct.buf[vct.settled :])
-    builder = _TailBuilder(vct.engine, region)
-    node = _Node((), 0, None, frozenset(), builder.region_hyps())
-    rest = list(seq[len(settled) :])
-    for i, t in enumerate(rest):
-        data = vct.tok.token_bytes[t]
-        if data is None:
-            return False  # a special token is never text
-        end = node.pos + len(data)
-        if end > len(region):
-            return i == len(rest) - 1 and _is_leaf(builder, node, t, data)
-        if region[node.pos : end] != data:
-            return False
-        hyps = builder._inner_ok(node, t, end)
-        if not hyps:
-            return False
-        node = _Node((*node.path, t), end, t, node.bounds | {end}, hyps)
-    return node.pos == len(region)
-
-
-def _is_leaf(builder: _TailBuilder, node: _Node, t: int, data: bytes) -> bool:
-    """Is ``t`` (which reaches past the prefix) a leaf of ``node``? The same calls as
-    ``_TailBuilder._straddlers`` / ``_end_children``, on the one candidate."""
-    rest = builder.region[node.pos :]
-    one = np.array([t], dtype=np.int64)
-    if rest:  # a straddler: it must go on with the rest of the prefix
-        if not data.startswith(rest):
-            return False
-        got = builder._table_leaves(node, one)
-        if got is None:
-            got = builder._exact_leaves(node, [t], len(rest))
-        return t in got
-    if builder.partial:  # only tokens that go on with the open character
-        return 0x80 <= data[0] < 0xC0 and t in builder._exact_leaves(node, [t], 0)
-    got = builder._table_leaves(node, one)
-    if got is None:
-        return _head_key_leaf(builder, node, t)
-    return t in got
-
-
-def _head_key_leaf(builder: _TailBuilder, node: _Node, t: int) -> bool:
-    """``t in builder._end_children_vectorized(node)`` (pre-tokenizers without a class
-    machine, DeepSeek V3), computed for the one token: its head key's verdicts, or the
-    exact check for irregular and added tokens."""
-    e = builder.e
-    keys, reps, long_key, irregular, _ = e.head_keys()
-    exact = (irregular[t] and e.whole_ok[t]) or e.is_added[t]
-    if exact and t in builder._exact_leaves(node, [t], 0):
-        return True
-    k = int(keys[t])
-    if k < 0 or irregular[t] or not e.whole_ok[t]:
-        return False
-    rep = reps[k]
-    ok_new, ok_cont = builder._leaf_verdicts(node, rep, len(rep.encode("utf-8")), bool(long_key[k]))
-    if ok_new and e.starts_ok[t] and e.tail_ok[t]:
-        return True
-    return bool(ok_cont and node.last is not None and e.validity.successors(node.last)[t])
+    """The engine's own one-path check (:meth:`VCT.covers`); a sample of cuts is also
+    compared with the whole :meth:`VCT.tree` (``check_cut``), so the two cannot drift."""
+    return vct.covers(seq)
 
 
 # --------------------------------------------------------------- the counting

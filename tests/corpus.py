@@ -4,7 +4,7 @@ CORPUS = [
     "def f(x):\n    return x + 1\n",
     "class Foo(Base):\n\tdef __init__(self, a, b=None):\n\t\tself.a = a  # note\r\n",
     "function add(a, b) { return a + b; }\nconst x = [1, 2, 3].map((v) => v * 2);\n",
-    "#include <stdio.h>\nint main(void) { printf(\"%d\\n\", 42); return 0; }\n",
+    '#include <stdio.h>\nint main(void) { printf("%d\\n", 42); return 0; }\n',
     "Hello world! I'm here, they'll go. DON'T stop; we've done it, she'd say.",
     "12345 678 9 1000000 3.14159 0x1F 1e-9 2024-11-22",
     "   \t\n\n  x  \n    y\r\n\r\n\tz",
