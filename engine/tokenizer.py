@@ -85,6 +85,7 @@ class BPETokenizer:
         }
         self.special_ids = sorted(a.id for a in added if a.special)
         self.added_text = {a.content: a.id for a in added if not a.special}
+        self.added_bytes = [a.encode("utf-8") for a in self.added_text]
         self.added = list(added)
         self.is_text = np.array([b is not None for b in token_bytes], dtype=bool)
         self.reachable = self.is_text & (rank != NO_MERGE)

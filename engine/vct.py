@@ -516,10 +516,16 @@ def _is_one_char(data: bytes) -> bool:
 # ---------------------------------------------------------------- hypotheses
 @dataclass(frozen=True)
 class Hyp:
-    """One possible pre-tokenization: byte offsets of splits inside the region."""
+    """One possible pre-tokenization: byte offsets of splits inside the region.
+
+    ``stop``: a non-special added text may begin at this offset and still be completing;
+    under this hypothesis the rest of the region is that one added token (a leaf), so no
+    token of the path ends past it.
+    """
 
     inner: frozenset[int]
     at_end: bool
+    stop: int | None = None
 
 
 def _byte_bounds(text: str, char_bounds: list[int]) -> list[int]:
@@ -582,18 +588,46 @@ class VCT:
         text, partial = split_utf8(region)
         if not text:
             return
+        pending = _pending_added(self.tok, text, partial) if self.tok.added_text else []
+        limit = min(pending, default=len(text))
+        if self.tok.added_text and self._settle_added(text, limit):
+            return self._advance()
         spans = self.tok.pretokenizer.spans
         first = spans(text + PROBES[0])
-        if not first or first[0][1] >= len(text):
+        if not first or first[0][1] >= limit:
             return  # usual case, one regex run: the open pre-token still reaches the end
         spans_per_probe = [first] + [spans(text + y) for y in PROBES[1:]]
-        common = _common_spans(spans_per_probe, len(text))
+        # a non-special added text that may still be completing ends the text where it
+        # starts (the encoder matches it first): no pre-token past that point is final
+        # yet, and those before it must also be the pre-tokens of the text cut there
+        spans_per_probe += [spans(text[:k]) for k in pending]
+        common = [span for span in _common_spans(spans_per_probe, len(text)) if span[1] <= limit]
         if not common:
             return
         for s, e in common:
             word = text[s:e].encode("utf-8")
             self.settled_trunk.extend(self.tok.encode_word(word))
         self.settled += len(text[: common[-1][1]].encode("utf-8"))
+
+    def _settle_added(self, text: str, limit: int) -> bool:
+        """Settle the region through its last complete non-special added text that no
+        continuation can undo (none may start before it and still be completing).
+
+        The encoder matches added text before pre-tokenization, leftmost and longest
+        first, so such a match is a hard boundary: the text before it is encoded as a
+        whole text, then the added token follows.
+        """
+        end = None
+        pos = 0
+        for piece, added_id in self.tok.split_added(text):
+            if added_id is not None and pos < limit:
+                end = pos + len(piece)
+            pos += len(piece)
+        if end is None:
+            return False
+        self.settled_trunk.extend(self.tok.encode(text[:end]))
+        self.settled += len(text[:end].encode("utf-8"))
+        return True
 
     # --------------------------------------------------------------- the tree
     def tree(self) -> Tree:
@@ -637,6 +671,21 @@ class VCT:
             return False
         builder = _TailBuilder(self.engine, bytes(self.buf[self.settled :]))
         return builder.covers([int(t) for t in seq[settled:]])
+
+
+def _pending_added(tok: BPETokenizer, text: str, partial: bytes) -> list[int]:
+    """Character offsets where a non-special added text may have begun and still be
+    completing (the rest of the prefix, ``partial`` included, is a proper prefix of it);
+    ``len(text)`` stands for a start inside the open character."""
+    tail = text.encode("utf-8") + partial
+    offsets = _char_byte_offsets(text)
+    if not partial:
+        offsets.pop()
+    return [
+        k
+        for k, off in enumerate(offsets)
+        if any(len(a) > len(tail) - off and a.startswith(tail[off:]) for a in tok.added_bytes)
+    ]
 
 
 def _common_spans(
@@ -715,7 +764,19 @@ class _TailBuilder:
             for bounds, _ in self.hyps_for(c, len(c.encode("utf-8")) if c else 0):
                 inner = frozenset(b for b in bounds if 0 < b < n)
                 found.add(Hyp(inner, n in bounds and not self.partial))
-        return tuple(sorted(found, key=lambda h: (sorted(h.inner), h.at_end)))
+        found.update(self._added_hyps())
+        return tuple(sorted(found, key=lambda h: (sorted(h.inner), h.at_end, h.stop or -1)))
+
+    def _added_hyps(self) -> list[Hyp]:
+        """One hypothesis per place where a non-special added text may have begun: the
+        text before it is encoded as a whole text (the encoder matches added text first)."""
+        out = []
+        for k in _pending_added(self.tok, self.text, self.partial):
+            head = self.text[:k]
+            stop = self.byte_offs[k] if k < len(self.text) else self.text_bytes
+            bounds = _byte_bounds(head, [e for _, e in self.tok.pretokenizer.spans(head)])
+            out.append(Hyp(frozenset(b for b in [*bounds, stop] if b > 0), False, stop))
+        return out
 
     def run(self) -> tuple[tuple[int, ...], list[TailNode]]:
         root = _Node((), 0, None, frozenset(), self.region_hyps())
@@ -768,7 +829,7 @@ class _TailBuilder:
         keep = []
         tb = self.tok.token_bytes[t]
         for h in node.hyps:
-            if any(node.pos < b < end for b in h.inner):
+            if any(node.pos < b < end for b in h.inner) or (h.stop is not None and end > h.stop):
                 continue
             if self._is_split(h, node.pos):
                 if not self._starts_pretoken(h, node.pos, t, end):

@@ -16,8 +16,9 @@ tree builder about that one path only (the settled trunk must be its prefix; the
 of the trunk is what every path shares); a random share of the cuts
 (``Config.tree_rate``) is also checked against the whole :meth:`VCT.tree`
 (:func:`is_path`), and the two must agree. :func:`self_check` shows the check fails on
-wrong paths. Texts with non-special added text are left out by default (a known gap,
-see :class:`Config`).
+wrong paths. Texts holding non-special added text (Qwen's ``<think>``, DeepSeek's
+``<｜User｜>``, matched before pre-tokenization) are streamed like the others and
+counted in ``Report.added_text``.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class Report:
     tree_cuts: int = 0
     mismatches: int = 0
     skipped: int = 0  # fragments whose encoding does not decode to them (should be none)
-    added_text_cut: int = 0  # fragments cut short before a non-special added text (Config)
+    added_text: int = 0  # fragments holding a non-special added text
     seconds: float = 0.0
     examples: list[Mismatch] = field(default_factory=list)
 
@@ -119,7 +120,7 @@ class Report:
             f"{self.tokenizer}: {self.bytes_streamed} bytes streamed in {self.fragments} "
             f"fragments, {self.cuts} cuts checked ({self.tree_cuts} against the whole tree), "
             f"{self.mismatches} mismatches, {self.skipped} skipped, "
-            f"{self.added_text_cut} cut short before added text, {self.seconds:.1f} s"
+            f"{self.added_text} holding added text, {self.seconds:.1f} s"
         )
         return "\n  ".join([head, *map(str, self.examples)])
 
@@ -158,14 +159,7 @@ def stream_fragment(
 ) -> None:
     """Stream ``text`` byte by byte, checking random cuts and always the end."""
     data = text.encode("utf-8")
-    if not cfg.added_text:
-        added = _added_text_start(engine.tok, text)
-        if added is not None:
-            report.added_text_cut += 1
-            data = data[:added]
-            text = data.decode("utf-8")
-            if not data:
-                return
+    report.added_text += _holds_added_text(engine.tok, text)
     ids = hf.encode(text, add_special_tokens=False).ids
     report.fragments += 1
     if engine.tok.decode(ids) != data:
@@ -181,14 +175,8 @@ def stream_fragment(
     report.bytes_streamed += len(data)
 
 
-def _added_text_start(tok: BPETokenizer, text: str) -> int | None:
-    """Byte offset of the first non-special added text in ``text`` (None if none)."""
-    pos = 0
-    for piece, added_id in tok.split_added(text):
-        if added_id is not None:
-            return pos
-        pos += len(piece.encode("utf-8"))
-    return None
+def _holds_added_text(tok: BPETokenizer, text: str) -> bool:
+    return any(added_id is not None for _, added_id in tok.split_added(text))
 
 
 @dataclass(frozen=True)
@@ -197,18 +185,10 @@ class Config:
     (see :func:`cut_weight` inside one); ``tree_rate``: chance that a checked cut is
     also checked against the whole :meth:`VCT.tree` (only where the prefix ends on a
     character boundary or one byte short of one: elsewhere a whole tree takes seconds).
-
-    ``added_text``: keep the texts that contain a non-special added text (Qwen's
-    ``<think>``, DeepSeek's ``<｜User｜>``). Off by default, a known engine gap: the
-    streamed trunk settles such text as ordinary pre-tokens (``<th``, ``ink``) where
-    the encoder emits the added token, also while it is only partly typed when it
-    starts inside a pre-token (``_<thi``). When off, a fragment is cut short just
-    before its first added text (and counted in ``Report.added_text_cut``).
     """
 
     cut_rate: float = 0.003
     tree_rate: float = 0.005
-    added_text: bool = False
 
 
 def run(
@@ -260,7 +240,7 @@ def self_check(name: str, cuts: int, seed: int = 7) -> SelfCheck:
             return out
         data = text.encode("utf-8")
         ids = hf.encode(text, add_special_tokens=False).ids
-        if engine.tok.decode(ids) != data or _added_text_start(engine.tok, text) is not None:
+        if engine.tok.decode(ids) != data:
             continue
         vct = VCT(engine)
         for k in range(1, len(data)):
