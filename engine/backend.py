@@ -196,6 +196,28 @@ def _common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
     return int(diff[0]) if len(diff) else n
 
 
+_LCP_TAIL = 64  # _list_lcp compares this many ids from the end one by one
+
+
+def _list_lcp(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two lists of ids (C-speed list compares for
+    the usual case, a difference near the end).
+
+    Example:
+        >>> _list_lcp([1, 2, 3], [1, 2, 4, 5]), _list_lcp([1, 2], [1, 2, 3]), _list_lcp([], [1])
+        (2, 2, 0)
+    """
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = max(0, n - _LCP_TAIL)
+    if i and a[:i] != b[:i]:
+        i = 0
+    while a[i] == b[i]:  # they differ before n
+        i += 1
+    return i
+
+
 def _distinct_prefixes(paths: Iterable[TokenPath]) -> list[TokenPath]:
     """Distinct non-empty prefixes of `paths`, shortest first (parents before children).
 
@@ -221,12 +243,14 @@ class _Planner:
         ctx: np.ndarray,
         paths: list[TokenPath],
         window: int,
+        lcp: int | None = None,
     ) -> None:
         self.old_ctx, self.old_nodes, self.old_lp = old_ctx, old_nodes, old_lp
         self.ctx, self.paths, self.window = ctx, paths, window
         self.nodes = _distinct_prefixes(paths)
         self.endpoints = {p for p in paths if p}
-        self.lcp = _common_prefix_len(old_ctx, ctx)
+        # the session knows the common prefix already (`_context`); else compare the arrays
+        self.lcp = _common_prefix_len(old_ctx, ctx) if lcp is None else lcp
 
     def _old_index(self) -> dict[int, _Entry]:
         """Trie of old rows whose absolute context extends ctx[:lcp], keyed from there.
@@ -382,6 +406,7 @@ class TreeScoringSession(ABC):
         self.trunk_logits_window = max(1, int(trunk_logits_window))
         self.inference_tokens = 0
         self._ctx = np.zeros(0, dtype=np.int64)  # [T] bos? + trunk: cache rows 0..T-1
+        self._trunk: list[int] = []  # the trunk in _ctx, as the caller gave it (see _context)
         self._nodes: dict[TokenPath, int] = {}  # trie node (relative to trunk) -> cache row
         self._lp: dict[int, np.ndarray] = {}  # cache row -> float64 [vocab] next-token log-probs
 
@@ -412,21 +437,23 @@ class TreeScoringSession(ABC):
             >>> len(rows), rows[0].shape, rows[0].flags.writeable
             (2, (20,), False)
         """
-        ctx = self._context(trunk)
+        # our own copy (callers append to theirs while decoding), kept for the next call
+        trunk = trunk.tolist() if isinstance(trunk, np.ndarray) else list(trunk)
+        ctx, lcp = self._context(trunk)
         wanted = [self._path(p) for p in paths]
         if len(ctx) == 0 and () in wanted:
             raise ValueError(
                 "path () needs a context: the trunk is empty and the session has no bos_id"
             )
         plan = _Planner(
-            self._ctx, self._nodes, set(self._lp), ctx, wanted, self.trunk_logits_window
+            self._ctx, self._nodes, set(self._lp), ctx, wanted, self.trunk_logits_window, lcp
         ).build()
         try:
             new_lp = self._apply(plan.step)
         except BaseException:
             self._forget()  # the cache may be half-updated: start afresh next time
             raise
-        self._commit(ctx, plan, new_lp)
+        self._commit(ctx, trunk, plan, new_lp)
         return [self._lp[len(ctx) - 1 if not p else self._nodes[p]] for p in wanted]
 
     def expected_cache_len(self) -> int:
@@ -456,10 +483,11 @@ class TreeScoringSession(ABC):
     def _forget(self) -> None:
         self._clear()
         self._ctx = np.zeros(0, dtype=np.int64)
+        self._trunk = []
         self._nodes = {}
         self._lp = {}
 
-    def _commit(self, ctx: np.ndarray, plan: _Plan, new_lp: np.ndarray) -> None:
+    def _commit(self, ctx: np.ndarray, trunk: list[int], plan: _Plan, new_lp: np.ndarray) -> None:
         """Update bookkeeping after a successful `_apply`."""
         step = plan.step
         lp = {row: self._lp[old] for row, old in plan.lp_rows.items()}
@@ -468,15 +496,28 @@ class TreeScoringSession(ABC):
             lp[int(plan.new_rows[q])] = values
         oldest = len(ctx) - self.trunk_logits_window
         self._lp = {row: v for row, v in lp.items() if row >= oldest}
-        self._ctx = ctx
+        self._ctx, self._trunk = ctx, trunk
         self._nodes = {p: len(ctx) + j for j, p in enumerate(plan.nodes)}
         self.inference_tokens += len(step.tokens)
 
-    def _context(self, trunk: Sequence[int]) -> np.ndarray:
-        ids = self._check_ids(np.asarray(trunk), "trunk")
-        if self.bos_id is None:
-            return ids
-        return np.concatenate([np.asarray([self.bos_id], dtype=np.int64), ids])
+    def _context(self, trunk: list[int]) -> tuple[np.ndarray, int]:
+        """(bos? + trunk as checked int64 ids, how many leading ids the cached context shares).
+
+        A trunk is about a thousand tokens and a keystroke changes its end: converting and
+        checking the whole list cost more than the rest of the bookkeeping, so only the ids
+        after the common prefix with the cached trunk (checked when it was cached) are.
+        """
+        shared = _list_lcp(self._trunk, trunk)
+        new = self._check_ids(np.asarray(trunk[shared:]), "trunk")
+        if len(self._ctx):  # starts with bos? + self._trunk
+            head = self._ctx[: len(self._ctx) - len(self._trunk) + shared]
+            lcp = len(head)
+        else:
+            head = np.zeros(0, dtype=np.int64)
+            if self.bos_id is not None:
+                head = np.asarray([self.bos_id], dtype=np.int64)
+            lcp = 0
+        return (np.concatenate([head, new]) if len(new) else head), lcp
 
     def _path(self, path: Sequence[int]) -> TokenPath:
         if _is_id_tuple(path, self.input_vocab_size):  # fast path: already a valid tuple

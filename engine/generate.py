@@ -17,11 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from .backend import BackendError, ScoringModel
-from .sampling import NEG_INF, ByteSampler, Transform, logsumexp, session_rows
+from .sampling import NEG_INF, ByteSampler, LeafSet, Transform, logsumexp, session_rows
 from .vct import Engine, split_utf8
 
 METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
@@ -100,7 +101,28 @@ class Completion:
         }
 
 
-def _pick(logp: np.ndarray, greedy: bool, rng: np.random.Generator) -> int:
+class Draws(Protocol):
+    """What `_pick` needs of a random generator (np.random.Generator has it)."""
+
+    def random(self) -> float: ...
+
+
+class _LazyRng:
+    """``np.random.default_rng(seed)``, made on the first draw: greedy completions draw
+    nothing, and making a generator costs more than the rest of a greedy keystroke's
+    sampling. The draws are the generator's own, so a seed gives what it gave before."""
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+        self._rng: np.random.Generator | None = None
+
+    def random(self) -> float:
+        if self._rng is None:
+            self._rng = np.random.default_rng(self.seed)
+        return float(self._rng.random())
+
+
+def _pick(logp: np.ndarray, greedy: bool, rng: Draws) -> int:
     """An index drawn from log-probs (argmax when greedy).
 
     The draw is ``rng.choice(n, p=softmax(logp))`` done by hand (inverse CDF on one
@@ -115,6 +137,14 @@ def _pick(logp: np.ndarray, greedy: bool, rng: np.random.Generator) -> int:
     cdf = np.cumsum(np.exp(logp - logp[best]))
     cdf /= cdf[-1]
     return int(cdf.searchsorted(rng.random(), side="right"))
+
+
+def _choose(row: np.ndarray, transform: Transform, rng: Draws) -> int:
+    """``_pick(transform.apply(row), ...)``: greedy is the row's argmax (what the one-hot
+    row of ``apply`` gives, without its two vocabulary-sized copies)."""
+    if transform.is_greedy:
+        return int(np.argmax(row))
+    return _pick(transform.apply(row), False, rng)
 
 
 class _Output:
@@ -183,6 +213,7 @@ class Completer:
             i for i in range(self.tok.size, model.vocab_size)
         }
         self._special_ids = np.array(sorted(self._special), dtype=np.int64)
+        self._leaves: tuple[bytes, Transform, LeafSet] | None = None  # see leaf_set
 
     def complete(
         self,
@@ -201,7 +232,7 @@ class Completer:
         (stop reason "time").
         """
         started = time.perf_counter()
-        rng = np.random.default_rng(settings.seed)
+        rng = _LazyRng(settings.seed)
         out = _Output(settings, should_stop, cut, deadline)
         if settings.method == "bytesampler" and settings.mode == "bytes":
             return self._bytes_mode(prefix, settings, rng, started, out)
@@ -209,6 +240,19 @@ class Completer:
             return self._pbp(prefix, settings, rng, started, out)
         backtrack = 0 if settings.method == "naive" else int(settings.method[len("healing") :])
         return self._healing(prefix, backtrack, settings, rng, started, out)
+
+    def leaf_set(self, transform: Transform | None = None) -> LeafSet:
+        """The sampler's leaf set at its prefix, kept for the next call at the same prefix:
+        the server scores the tree before a request's items, then each item asks again,
+        and the set is a concatenation over thousands of leaves. Treat it as read-only."""
+        transform = transform or Transform()
+        prefix = self.sampler.prefix
+        kept = self._leaves
+        if kept is not None and kept[0] == prefix and kept[1] == transform:
+            return kept[2]
+        leaf_set = self.sampler.leaf_set(transform)
+        self._leaves = (prefix, transform, leaf_set)
+        return leaf_set
 
     def complete_many(
         self, prefixes: Sequence[bytes], settings: Settings = Settings()
@@ -218,12 +262,12 @@ class Completer:
 
     # ------------------------------------------------------------------ PBP
     def _pbp(
-        self, prefix: bytes, s: Settings, rng: np.random.Generator, started: float, out: _Output
+        self, prefix: bytes, s: Settings, rng: Draws, started: float, out: _Output
     ) -> Completion:
         self.sampler.reset(prefix)
         out.before_step()  # the tree may take a while: honour a cancel before scoring it
         greedy = s.transform.is_greedy  # greedy: the single most likely leaf
-        leaf_set = self.sampler.leaf_set(Transform() if greedy else s.transform)
+        leaf_set = self.leaf_set(Transform() if greedy else s.transform)
         if not leaf_set.size:
             raise BackendError("no token sequence covers this prefix")
         weights = leaf_set.weights
@@ -242,7 +286,7 @@ class Completer:
         return out.result(leaf_lp, 1 + tokens, started)
 
     def _generate(
-        self, context: list[int], s: Settings, rng: np.random.Generator, out: _Output, budget: int
+        self, context: list[int], s: Settings, rng: Draws, out: _Output, budget: int
     ) -> int:
         """Plain token-level sampling after ``context``; returns the number of tokens made."""
         made = 0
@@ -253,8 +297,7 @@ class Completer:
             if s.ignore_eos:
                 row = row.copy()
                 row[self._special_ids] = NEG_INF
-            row = s.transform.apply(row)
-            t = _pick(row, s.transform.is_greedy, rng)
+            t = _choose(row, s.transform, rng)
             made += 1
             if t in self._special:
                 out.reason = "eos"
@@ -267,7 +310,7 @@ class Completer:
 
     # ------------------------------------------------------------------ bytes
     def _bytes_mode(
-        self, prefix: bytes, s: Settings, rng: np.random.Generator, started: float, out: _Output
+        self, prefix: bytes, s: Settings, rng: Draws, started: float, out: _Output
     ) -> Completion:
         self.sampler.reset(prefix)
         plain = s.level == "byte" or s.transform.is_greedy  # greedy: the likeliest byte
@@ -295,7 +338,7 @@ class Completer:
         prefix: bytes,
         k: int,
         s: Settings,
-        rng: np.random.Generator,
+        rng: Draws,
         started: float,
         out: _Output,
     ) -> Completion:

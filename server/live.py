@@ -88,7 +88,7 @@ class SingleDocument:
         sampler.reset(prefix)
         sampler.vct.tree()
         if method == "bytesampler":
-            sampler.leaf_set()  # scores the tree once; every item reuses the rows
+            self.completer.leaf_set()  # scores the tree once; every item reuses the rows
 
     def complete(
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float

@@ -114,7 +114,8 @@ class ModelHost:
         self._backend: Backend | None = None
         self._documents: OrderedDict[str, LiveDocument] = OrderedDict()
         self._pending_sync: dict[str, bytes] = {}
-        self._lock = threading.Lock()  # guards _pending_sync and the load generation
+        self._submitted: dict[int, Request] = {}  # by id: unfinished requests (_request_coming)
+        self._lock = threading.Lock()  # guards _pending_sync, _submitted, the load generation
         self._generation = 0
         self._watchers: list[ModelWatcher] = []
 
@@ -243,7 +244,7 @@ class ModelHost:
 
         with self._lock:
             prefix = self._pending_sync.pop(uri, None)
-        if prefix is None or not self.ready:
+        if prefix is None or not self.ready or self._request_coming(uri):
             return
         try:
             self._document(uri).sync(prefix)
@@ -286,7 +287,23 @@ class ModelHost:
 
     # ------------------------------------------------------------------ completions
     def submit(self, request: Request) -> Future[Answer]:
-        return self._worker.submit(self._complete, request)
+        with self._lock:
+            self._submitted[id(request)] = request
+        future = self._worker.submit(self._complete, request)
+        future.add_done_callback(lambda _: self._forget_request(request))  # cancelled too
+        return future
+
+    def _forget_request(self, request: Request) -> None:
+        with self._lock:
+            self._submitted.pop(id(request), None)
+
+    def _request_coming(self, uri: str) -> bool:
+        """A current request for ``uri`` waits behind this task (one worker thread: an
+        unfinished request is a queued one). It moves the live VCT to its own prefix and
+        scores it in one forward pass, so a sync now would only add a pass of its own:
+        editors ask for a completion right after each change."""
+        with self._lock:
+            return any(r.uri == uri and r.is_current() for r in self._submitted.values())
 
     def _complete(self, req: Request) -> Answer:
         from midword.engine.generate import Interrupted

@@ -1,0 +1,202 @@
+"""The per-keystroke fast paths of the server and the engine calls behind it give what the
+plain computations give (tests/test_server_equivalence.py checks the whole server)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from midword.engine.backend import FakeModel, _common_prefix_len, _list_lcp
+from midword.engine.generate import Completer, Settings, _choose, _LazyRng, _pick
+from midword.engine.sampling import Transform
+from midword.engine.vct import load_engine
+from midword.server.live import SingleModel
+from midword.server.scope import Scope
+from midword.server.worker import ModelHost, Request
+
+ROOT = Path(__file__).resolve().parent.parent
+VOCAB = 40
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return load_engine(str(ROOT / "models" / "default"))
+
+
+@pytest.fixture(scope="module")
+def fake(engine):
+    return FakeModel(engine.tok.size, seed=3, scale=1.0)
+
+
+def _edited(trunk: list[int], rng: random.Random) -> list[int]:
+    """A next trunk as typing makes them: grown, cut back, changed near the end or anywhere."""
+    action = rng.choice(["grow", "grow", "cut", "end", "anywhere", "same", "empty"])
+    if action == "grow":
+        return trunk + [rng.randrange(VOCAB) for _ in range(rng.randrange(1, 5))]
+    if action == "cut":
+        return trunk[: rng.randrange(len(trunk) + 1)]
+    if action == "same":
+        return list(trunk)
+    if action == "empty":
+        return []
+    at = rng.randrange(len(trunk) + 1) if action == "anywhere" else max(0, len(trunk) - 3)
+    return trunk[:at] + [rng.randrange(VOCAB) for _ in range(rng.randrange(0, 4))]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("bos", [None, 0])
+def test_incremental_context_equals_the_full_conversion(seed: int, bos: int | None) -> None:
+    rng = random.Random(seed)
+    session = FakeModel(VOCAB, seed=seed).session(bos_id=bos)
+    fresh = FakeModel(VOCAB, seed=seed)
+    trunk = [rng.randrange(VOCAB) for _ in range(rng.randrange(1, 150))]
+    for _ in range(60):
+        trunk = _edited(trunk, rng) or ([] if bos is not None else [1])
+        ctx, lcp = session._context(list(trunk))
+        full = np.asarray(([] if bos is None else [bos]) + trunk, dtype=np.int64)
+        assert ctx.dtype == np.int64 and ctx.tolist() == full.tolist()
+        assert lcp == _common_prefix_len(session._ctx, full)
+        paths = [(), (rng.randrange(VOCAB),)] if len(full) else [(rng.randrange(VOCAB),)]
+        got = session.logprobs(np.asarray(trunk, dtype=np.int64), paths)
+        want = fresh.session(bos_id=bos).logprobs(trunk, paths)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_trunk_the_caller_changes_afterwards_is_not_the_cached_one() -> None:
+    session = FakeModel(VOCAB).session(bos_id=0)
+    context = [3, 4, 5]
+    session.logprobs(context, [()])
+    context.append(6)  # plain decoding appends the token it drew
+    got = session.logprobs(context, [()])
+    np.testing.assert_array_equal(got[0], FakeModel(VOCAB).next_logprobs([0, 3, 4, 5, 6]))
+
+
+def test_bad_ids_after_the_shared_prefix_are_still_refused() -> None:
+    session = FakeModel(VOCAB).session(bos_id=0)
+    session.logprobs([1, 2, 3], [()])
+    with pytest.raises(ValueError, match="out of range"):
+        session.logprobs([1, 2, VOCAB], [()])
+    with pytest.raises(ValueError, match="flat sequence"):
+        session.logprobs([1, 2, 3.5], [()])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_list_lcp_equals_the_array_one(seed: int) -> None:
+    rng = random.Random(seed)
+    a = [rng.randrange(3) for _ in range(rng.randrange(0, 200))]
+    b = a[: rng.randrange(len(a) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(0, 90))]
+    want = _common_prefix_len(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+    assert _list_lcp(a, b) == want == _list_lcp(b, a)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_choose_is_pick_of_the_transformed_row(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    row = np.log(rng.dirichlet(np.ones(50)))
+    row[rng.integers(0, 50, 10)] = -np.inf
+    row[7] = row[30] = row.max()  # a tie: both take the first
+    for transform in [Transform(0.0), Transform(0.7), Transform(1.0, top_k=5, top_p=0.9)]:
+        want = _pick(transform.apply(row), transform.is_greedy, np.random.default_rng(seed))
+        assert _choose(row, transform, np.random.default_rng(seed)) == want
+
+
+def test_lazy_rng_draws_what_the_generator_draws() -> None:
+    lazy, eager = _LazyRng(11), np.random.default_rng(11)
+    assert [lazy.random() for _ in range(5)] == [eager.random() for _ in range(5)]
+
+
+def test_kept_leaf_set_is_the_fresh_one(engine, fake) -> None:
+    completer = Completer(fake, engine)
+    prefixes = [b"def f(x", b"def f(x):\n    ret", b"def f(x", b"import o", b"import o"]
+    for prefix in prefixes:
+        for transform in [Transform(), Transform(0.8), Transform()]:
+            completer.sampler.reset(prefix)
+            got = completer.leaf_set(transform)
+            fresh = Completer(fake, engine)
+            fresh.sampler.reset(prefix)
+            want = fresh.sampler.leaf_set(transform)
+            for field in ("node", "token", "weights"):
+                np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+
+
+def _request(uri: str, prefix: bytes, is_current=lambda: True) -> Request:  # noqa: ANN001
+    return Request(
+        uri=uri,
+        prefix=prefix,
+        scope=Scope(multiline=True),
+        indent_unit="    ",
+        settings=[Settings(max_tokens=4)],
+        max_items=1,
+        budget=60.0,
+        is_current=is_current,
+    )
+
+
+def _host(engine, fake) -> tuple[ModelHost, list[bytes]]:  # noqa: ANN001
+    """A host on the fake model whose documents record the prefixes they sync to."""
+    host = ModelHost()
+    backend = SingleModel(fake, engine)
+    synced: list[bytes] = []
+    make = backend.document
+
+    def document():  # noqa: ANN202
+        doc = make()
+        sync = doc.sync
+        doc.sync = lambda prefix: (synced.append(prefix), sync(prefix))[1]
+        return doc
+
+    backend.document = document
+    host._worker.submit(host.use, backend, "fake").result()
+    return host, synced
+
+
+def _queued_behind_a_blocker(host: ModelHost, jobs) -> None:  # noqa: ANN001
+    """Run ``jobs`` (callables that queue work) while the worker is held, then release it."""
+    gate = threading.Event()
+    host._worker.submit(gate.wait)
+    jobs()
+    gate.set()
+
+
+@pytest.mark.parametrize("current", [True, False])
+def test_sync_is_left_to_a_queued_current_request(engine, fake, current: bool) -> None:
+    host, synced = _host(engine, fake)
+    prefix = b"import os\n\ndef walk(ro"
+    futures = []
+
+    def jobs() -> None:
+        host.sync("file:///a.py", prefix)
+        futures.append(host.submit(_request("file:///a.py", prefix, lambda: current)))
+
+    _queued_behind_a_blocker(host, jobs)
+    if current:
+        answer = futures[0].result()
+        reference, _ = _host(engine, fake)  # the sync runs first there
+        reference.sync("file:///a.py", prefix)
+        reference.live_documents().result()  # the sync has run
+        want = reference.submit(_request("file:///a.py", prefix)).result()
+        reference.shutdown()
+        assert synced == [] and answer.texts == want.texts and answer.texts
+    else:
+        with pytest.raises(Exception, match="superseded"):
+            futures[0].result()
+        assert synced == [prefix]  # nothing else brings the live tree to the edit
+    assert host.live_state("file:///a.py").result()["prefix"] == prefix.hex()
+    assert host._submitted == {}
+    host.shutdown()
+
+
+def test_sync_of_another_document_still_runs(engine, fake) -> None:
+    host, synced = _host(engine, fake)
+
+    def jobs() -> None:
+        host.sync("file:///a.py", b"x = 1")
+        host.submit(_request("file:///b.py", b"y = 2"))
+
+    _queued_behind_a_blocker(host, jobs)
+    host.live_documents().result()
+    assert synced == [b"x = 1"]
+    host.shutdown()
