@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 from .document import Cursor, Document, Range
 from .options import ServerOptions, needs_reload, parse_options
 from .positions import from_index
-from .scope import Scope, identifier_split, indent_unit, scope_for
+from .scope import IndentCounts, Scope, identifier_split, scope_for
 from .worker import Answer, ModelHost, Request, Status
 
 __all__ = ["Controller", "EditItem", "InlineItem"]
@@ -71,6 +71,8 @@ class Controller:
         self.on_problem = on_problem
         self.host = ModelHost(on_status=on_status, on_progress=on_progress)
         self._ids = itertools.count(1)
+        self._indents: dict[str, _IndentMemo] = {}  # uri -> tallies of the lines above
+        self._settings: tuple[ServerOptions, int, list[Settings]] | None = None
 
     # ------------------------------------------------------------------ options
     def configure(self, raw: object, *, initial: bool = False) -> list[str]:
@@ -106,6 +108,7 @@ class Controller:
 
     def close(self, uri: str) -> None:
         self.documents.pop(uri, None)
+        self._indents.pop(uri, None)
         self.host.close(uri)
 
     # ------------------------------------------------------------------ completions
@@ -150,7 +153,7 @@ class Controller:
             uri=doc.uri,
             prefix=doc.prefix_window(cursor, self.options.window_bytes),
             scope=scope,
-            indent_unit=_indent_unit(doc, cursor),
+            indent_unit=self._indent_unit(doc, cursor),
             settings=self._item_settings(items),
             max_items=items,
             budget=self.options.time_budget_ms / 1000.0,
@@ -177,7 +180,29 @@ class Controller:
         self.host.on_status(self.host.status)
         return answer
 
+    def _indent_unit(self, doc: Document, cursor: Cursor) -> str:
+        """`indent_unit` of the lines up to the cursor's; the tallies of the lines above it
+        are kept while they stay the same (typing changes the cursor's line only)."""
+        first = max(0, cursor.line - INDENT_SAMPLE_LINES)
+        above = doc.lines[first : cursor.line]
+        memo = self._indents.get(doc.uri)
+        if memo is None or memo.first != first or memo.lines != above:
+            counts = IndentCounts()
+            for i in range(first, cursor.line):
+                counts.add(doc.body(i))
+            memo = self._indents[doc.uri] = _IndentMemo(first, above, counts)
+        counts = memo.counts.copy()
+        counts.add(doc.body(cursor.line))
+        return counts.unit()
+
     def _item_settings(self, items: int) -> list[Settings]:
+        """One Settings per item tried; the same (frozen) ones while the options stay."""
+        kept = self._settings
+        if kept is None or kept[0] is not self.options or kept[1] != items:
+            kept = self._settings = (self.options, items, self._make_settings(items))
+        return kept[2]
+
+    def _make_settings(self, items: int) -> list[Settings]:
         from midword.engine.generate import Settings
 
         o = self.options
@@ -223,9 +248,11 @@ def _rss_bytes() -> int:
         return 0
 
 
-def _indent_unit(doc: Document, cursor: Cursor) -> str:
-    first = max(0, cursor.line - INDENT_SAMPLE_LINES)
-    return indent_unit([doc.body(i) for i in range(first, cursor.line + 1)])
+@dataclass
+class _IndentMemo:
+    first: int  # the first line sampled
+    lines: list[str]  # the lines from there to the cursor's line (excluded), as they were
+    counts: IndentCounts  # their tallies
 
 
 def _edit_items(doc: Document, cursor: Cursor, text: str, encoding: str) -> list[EditItem]:

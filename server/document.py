@@ -80,6 +80,9 @@ class Document:
         self.lines = split_lines(clean_text(text))
         self.window_line: int | None = None  # start line of the prompt window
         self.last_edit: Cursor | None = None  # where the latest edit ended (the likely cursor)
+        self.edits = 0  # changes applied so far
+        # the last prompt window: didChange syncs to it, the request right after asks again
+        self._window: tuple[int, Cursor, int, bytes] | None = None  # edits, cursor, size, bytes
 
     # ------------------------------------------------------------------ reading
     def text(self) -> str:
@@ -117,6 +120,7 @@ class Document:
 
     # ------------------------------------------------------------------ editing
     def replace_all(self, text: str, version: int) -> None:
+        self.edits += 1
         self.lines = split_lines(clean_text(text))
         self.version = version
         self.window_line = None
@@ -125,6 +129,7 @@ class Document:
 
     def apply_change(self, change: Range, text: str, encoding: str) -> None:
         """Apply one incremental change (positions in ``encoding`` code units)."""
+        self.edits += 1
         start = self.cursor(change.start_line, change.start_char, encoding)
         end = self.cursor(change.end_line, change.end_char, encoding)
         if (end.line, end.index) < (start.line, start.index):
@@ -152,7 +157,16 @@ class Document:
 
     # ------------------------------------------------------------------ prompt window
     def prefix_window(self, cursor: Cursor, window_bytes: int) -> bytes:
-        """UTF-8 bytes from the window start to the cursor."""
+        """UTF-8 bytes from the window start to the cursor (the same call again, with no
+        edit in between, gives the same bytes: they are kept)."""
+        kept = self._window
+        if kept is not None and kept[:3] == (self.edits, cursor, window_bytes):
+            return kept[3]
+        window = self._make_window(cursor, window_bytes)
+        self._window = (self.edits, cursor, window_bytes, window)
+        return window
+
+    def _make_window(self, cursor: Cursor, window_bytes: int) -> bytes:
         start = self.window_line
         if (
             start is None

@@ -106,6 +106,7 @@ class SingleModel:
 
     def __init__(self, model: Any, engine: Engine) -> None:
         self.model, self.engine = model, engine
+        self._specials = tuple(a.content for a in engine.tok.added)  # asked every request
 
     def document(self) -> SingleDocument:
         from midword.engine.generate import Completer
@@ -113,7 +114,7 @@ class SingleModel:
         return SingleDocument(Completer(self.model, self.engine))
 
     def special_texts(self) -> tuple[str, ...]:
-        return tuple(a.content for a in self.engine.tok.added)
+        return self._specials
 
 
 class EnsembleDocument:

@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Scope", "finalize", "identifier_split", "indent_unit", "scope_for"]
+__all__ = ["IndentCounts", "Scope", "finalize", "identifier_split", "indent_unit", "scope_for"]
 
 OPENERS = (":", "{", "(", "[", "=>")
 TAB_WIDTH = 4
@@ -155,26 +155,45 @@ def indent_unit(lines: Sequence[str]) -> str:
     >>> indent_unit(["if x:", "  y", "  if z:", "    w"])
     '  '
     """
-    tabs = spaces = 0
-    steps: dict[int, int] = {}
-    previous = 0
+    counts = IndentCounts()
     for line in lines:
+        counts.add(line)
+    return counts.unit()
+
+
+@dataclass
+class IndentCounts:
+    """`indent_unit`'s tallies over lines so far: ``add`` takes the next line, ``unit``
+    decides. The server keeps the tallies of the lines above the cursor between
+    keystrokes and adds the cursor's line to a copy."""
+
+    tabs: int = 0
+    spaces: int = 0
+    previous: int = 0  # width of the last non-blank line's indentation
+    steps: dict[int, int] = field(default_factory=dict)  # indent increase -> times seen
+
+    def add(self, line: str) -> None:
         if not line.strip():
-            continue
+            return
         lead = _LEADING_WS.match(line).group()
         if lead.startswith("\t"):
-            tabs += 1
+            self.tabs += 1
         elif lead:
-            spaces += 1
+            self.spaces += 1
         width = len(lead.expandtabs(4))
-        if width > previous:
-            steps[width - previous] = steps.get(width - previous, 0) + 1
-        previous = width
-    if tabs > spaces:
-        return "\t"
-    if not steps:
-        return "    "
-    return " " * max(steps, key=lambda step: (steps[step], -step))
+        if width > self.previous:
+            self.steps[width - self.previous] = self.steps.get(width - self.previous, 0) + 1
+        self.previous = width
+
+    def copy(self) -> IndentCounts:
+        return IndentCounts(self.tabs, self.spaces, self.previous, dict(self.steps))
+
+    def unit(self) -> str:
+        if self.tabs > self.spaces:
+            return "\t"
+        if not self.steps:
+            return "    "
+        return " " * max(self.steps, key=lambda step: (self.steps[step], -step))
 
 
 def _reindent(text: str, unit: str) -> str:

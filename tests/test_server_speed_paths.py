@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,10 @@ from midword.engine.backend import FakeModel, _common_prefix_len, _list_lcp
 from midword.engine.generate import Completer, Settings, _choose, _LazyRng, _pick
 from midword.engine.sampling import Transform
 from midword.engine.vct import load_engine
+from midword.server.controller import Controller
+from midword.server.document import Cursor, Document, Range
 from midword.server.live import SingleModel
-from midword.server.scope import Scope
+from midword.server.scope import Scope, indent_unit
 from midword.server.worker import ModelHost, Request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,3 +203,73 @@ def test_sync_of_another_document_still_runs(engine, fake) -> None:
     host.live_documents().result()
     assert synced == [b"x = 1"]
     host.shutdown()
+
+
+PIECES = ["a", "  ", "\t", "\n", "\n    ", "\n  ", "x = 1\n", "中", "\n\n", "def f():\n    "]
+
+
+def _random_change(doc: Document, rng: random.Random) -> Cursor:
+    """A random edit (mostly typing at the last edit), like the server's didChange."""
+    line = rng.randrange(len(doc.lines)) if rng.random() < 0.3 or not doc.last_edit else None
+    if line is None:
+        line, index = doc.last_edit.line, doc.last_edit.index
+    else:
+        index = rng.randrange(len(doc.body(line)) + 1)
+    end = (line, index) if rng.random() < 0.8 else (min(len(doc.lines) - 1, line + 1), 0)
+    end_index = min(end[1], len(doc.body(end[0])))
+    doc.apply_change(Range(line, index, end[0], end_index), rng.choice(PIECES), "utf-32")
+    return doc.last_edit
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_kept_window_is_the_computed_one(seed: int) -> None:
+    rng = random.Random(seed)
+    text = "".join(rng.choice(PIECES) for _ in range(80))
+    kept, plain = Document("untitled:1", text, 1), Document("untitled:1", text, 1)
+    before = Cursor(0, 0)
+    for _ in range(150):
+        rng_state = rng.getstate()
+        cursor = _random_change(kept, rng)
+        rng.setstate(rng_state)
+        assert _random_change(plain, rng) == cursor
+        size = rng.choice([64, 64, 200])
+        if before.line >= len(kept.lines) or before.index > len(kept.body(before.line)):
+            before = Cursor(0, 0)
+        # the cursor asked before this edit: the same question, other text
+        for asked in [before, cursor, cursor, Cursor(rng.randrange(len(kept.lines)), 0), cursor]:
+            window = kept.prefix_window(asked, size)
+            assert window == plain._make_window(asked, size)
+            assert kept.window_line == plain.window_line
+        before = cursor
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_kept_indent_tallies_give_the_indent_unit(seed: int) -> None:
+    rng = random.Random(seed)
+    controller = Controller()
+    try:
+        text = "".join(rng.choice(PIECES) for _ in range(300))
+        controller.open("untitled:1", text, 1)
+        doc = controller.documents["untitled:1"]
+        for _ in range(200):
+            cursor = _random_change(doc, rng)
+            if rng.random() < 0.2:
+                cursor = Cursor(rng.randrange(len(doc.lines)), 0)
+            first = max(0, cursor.line - 200)
+            want = indent_unit([doc.body(i) for i in range(first, cursor.line + 1)])
+            assert controller._indent_unit(doc, cursor) == want
+    finally:
+        controller.shutdown()
+
+
+def test_item_settings_follow_the_options() -> None:
+    controller = Controller()
+    try:
+        for raw, items in [({}, 1), ({}, 3), ({"temperature": 0.3}, 3), ({}, 1)]:
+            if raw:
+                controller.options = replace(controller.options, **raw)
+            first = controller._item_settings(items)
+            assert first == controller._make_settings(items)
+            assert controller._item_settings(items) is first  # kept while nothing changed
+    finally:
+        controller.shutdown()
