@@ -173,7 +173,8 @@ class Controller:
         except Interrupted:
             log.debug("%s: superseded by document version %s", request_id, doc.version)
             return Answer(reason="superseded")
-        _log_answer(request_id, answer, time.perf_counter() - started)
+        if log.isEnabledFor(logging.DEBUG):  # not formatted for nothing on every keystroke
+            _log_answer(request_id, answer, time.perf_counter() - started)
         self.host.status = replace(
             self.host.status, latency_ms=(time.perf_counter() - started) * 1e3
         )

@@ -167,22 +167,24 @@ class Document:
         return window
 
     def _make_window(self, cursor: Cursor, window_bytes: int) -> bytes:
-        start = self.window_line
-        if (
-            start is None
-            or start > cursor.line
-            or self._span(start, cursor) > (GROW_LIMIT * window_bytes)
-        ):
-            start = self._fit_start(cursor, window_bytes)
-            self.window_line = start
         head = self.line_prefix(cursor)
+        start = self.window_line
+        window = None
+        if start is not None and start <= cursor.line:
+            # the window from the kept start, measured by encoding it: C speed, and it is
+            # the answer unless it grew past the limit
+            window = self._encoded(start, cursor.line, head)
+            if len(window) > GROW_LIMIT * window_bytes:
+                window = None
+        if window is None:
+            start = self.window_line = self._fit_start(cursor, window_bytes)
         if start == cursor.line and utf8_len(head) > window_bytes:
             return _cut_long_line(head, window_bytes).encode("utf-8")
-        return ("".join(self.lines[start : cursor.line]) + head).encode("utf-8")
+        return window if window is not None else self._encoded(start, cursor.line, head)
 
-    def _span(self, start: int, cursor: Cursor) -> int:
-        lines = sum(utf8_len(line) for line in self.lines[start : cursor.line])
-        return lines + utf8_len(self.line_prefix(cursor))
+    def _encoded(self, start: int, line: int, head: str) -> bytes:
+        """UTF-8 of lines ``start .. line - 1`` and then ``head``."""
+        return ("".join(self.lines[start:line]) + head).encode("utf-8")
 
     def _fit_start(self, cursor: Cursor, window_bytes: int) -> int:
         """The earliest line start that keeps the window within ``window_bytes``."""
