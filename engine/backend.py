@@ -325,7 +325,7 @@ class _Planner:
     def _kept_at(self, keep: np.ndarray, n_prefix: int) -> dict[int, int]:
         """Old row -> its place in `keep`, for the few old rows that hold log-probs (the
         kept trunk prefix can be long: it is ``keep[:n_prefix] == 0..n_prefix-1``)."""
-        after = {int(old): n_prefix + j for j, old in enumerate(keep[n_prefix:].tolist())}
+        after = {old: n_prefix + j for j, old in enumerate(keep[n_prefix:].tolist())}
         at = {old: old if old < n_prefix else after.get(old, -1) for old in self.old_lp}
         return {old: k for old, k in at.items() if k >= 0}
 
@@ -508,7 +508,11 @@ class TreeScoringSession(ABC):
         after the common prefix with the cached trunk (checked when it was cached) are.
         """
         shared = _list_lcp(self._trunk, trunk)
-        new = self._check_ids(np.asarray(trunk[shared:]), "trunk")
+        tail = tuple(trunk[shared:])  # a few ids: checked in Python, cheaper than numpy here
+        if _is_id_tuple(tail, self.input_vocab_size):
+            new = np.array(tail, dtype=np.int64)
+        else:
+            new = self._check_ids(np.asarray(tail), "trunk")
         if len(self._ctx):  # starts with bos? + self._trunk
             head = self._ctx[: len(self._ctx) - len(self._trunk) + shared]
             lcp = len(head)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -71,8 +72,9 @@ class Settings:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         Transform(self.temperature, self.top_k, self.top_p)  # validates them
 
-    @property
+    @cached_property
     def transform(self) -> Transform:
+        """Made once per Settings (asked several times per generated token)."""
         return Transform(self.temperature, self.top_k, self.top_p)
 
     @property

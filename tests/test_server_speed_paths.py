@@ -288,3 +288,12 @@ def test_item_settings_follow_the_options() -> None:
             assert controller._item_settings(items) is first  # kept while nothing changed
     finally:
         controller.shutdown()
+
+
+def test_settings_transform_is_made_once_and_follows_replace() -> None:
+    settings = Settings(temperature=0.5, top_k=3)
+    assert settings.transform is settings.transform
+    assert settings.transform == Transform(0.5, 3, 1.0)
+    warm = replace(settings, temperature=0.9, top_p=0.8)
+    assert warm.transform == Transform(0.9, 3, 0.8)
+    assert settings == Settings(temperature=0.5, top_k=3)  # the kept one is no field
