@@ -24,8 +24,8 @@ serve:  ## run the language server on stdio (what editors start)
 test:  ## run the whole test suite (what CI runs), on 2 worker processes (tests grouped by file, and by tokenizer in the slow exactness files)
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
-test-exact:  ## the long exactness run: 100 random prefixes per tokenizer against brute force
-	MIDWORD_EXACT_PREFIXES=100 $(PY) -m pytest -q tests/test_sampling.py
+test-exact:  ## the exactness file alone: 13 pinned + 100 random prefixes per tokenizer against brute force
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests/test_sampling.py
 
 ext:  ## VS Code extension: build, lint, unit tests, package (.vsix)
 	npm run ext:all

@@ -31,9 +31,10 @@ def session(client):  # noqa: ANN001, ANN201  (`client`: each server test module
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for xdist's ``--dist loadgroup`` (``make test``): one per test file, so a
     file's module-scoped server starts once, split by tokenizer where a file runs per
-    tokenizer, so the slow exactness files spread over the workers."""
+    tokenizer (and by ``chunk`` where a test takes one), so the slow exactness files
+    spread over the workers."""
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        name = callspec.params.get("tokenizer_name") if callspec is not None else None
-        group = item.nodeid.split("::")[0] + (f"[{name}]" if name else "")
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        split = [str(params[k]) for k in ("tokenizer_name", "chunk") if k in params]
+        group = item.nodeid.split("::")[0] + (f"[{'-'.join(split)}]" if split else "")
         item.add_marker(pytest.mark.xdist_group(group))

@@ -30,6 +30,7 @@ class LMOracle:
     def __init__(self, model, hf: Tokenizer, tok: BPETokenizer, start_id: int) -> None:
         self.model, self.hf, self.tok, self.start = model, hf, tok, start_id
         self._rows: dict[tuple[int, ...], np.ndarray] = {}
+        self._canonical: dict[tuple[int, ...], bool] = {}  # verdicts kept across prefixes
 
     def rows(self, path: tuple[int, ...]) -> np.ndarray:
         """[len(path) + 1, V]: row j is the distribution after start + path[:j]."""
@@ -43,7 +44,7 @@ class LMOracle:
 
     def prefix_logprob(self, prefix: bytes) -> float:
         """Sum over canonical coverings: leaves reaching past x, and paths ending at x."""
-        seqs = brute_force_tree(self.hf, self.tok, prefix, [])
+        seqs = brute_force_tree(self.hf, self.tok, prefix, [], self._canonical)
         return _lse([self.seq_logprob(s) for s in seqs])
 
     def eos_logprob(self, prefix: bytes) -> float:

@@ -36,28 +36,37 @@ def probe_strings(data: bytes) -> list[str] | None:
     return [h + y for h in heads for y in PROBES]
 
 
-def canonical_prefixes(hf: Tokenizer, tok: BPETokenizer, seqs: list[tuple[int, ...]]) -> set:
+def canonical_prefixes(
+    hf: Tokenizer,
+    tok: BPETokenizer,
+    seqs: list[tuple[int, ...]],
+    memo: dict[tuple[int, ...], bool] | None = None,
+) -> set:
     """The sequences of ``seqs`` that start the real encoding of some probed text.
 
-    Probes go in rounds, and a sequence leaves as soon as one probe confirms it (most
-    canonical sequences pass the first probe): the same verdicts, far fewer encodings.
+    A sequence stops at the first probe that confirms it (most canonical sequences pass
+    the first); a sequence that is not canonical costs every probe string.
+    ``memo`` keeps verdicts between calls (the oracle asks again about x's nodes when
+    it builds the tree of x + b).
     """
-    strings = {i: probe_strings(tok.decode(seq)) or [] for i, seq in enumerate(seqs)}
-    ok: set[tuple[int, ...]] = set()
-    pending = [i for i in strings if strings[i]]
-    k = 0
-    while pending:
-        encs = hf.encode_batch([strings[i][k] for i in pending], add_special_tokens=False)
-        for i, enc in zip(pending, encs, strict=True):
-            if tuple(enc.ids[: len(seqs[i])]) == seqs[i]:
-                ok.add(seqs[i])
-        k += 1
-        pending = [i for i in pending if seqs[i] not in ok and k < len(strings[i])]
-    return ok
+    memo = {} if memo is None else memo
+    encode = hf.encode  # one call per string: cheaper here than encode_batch's rounds
+    for seq in dict.fromkeys(seqs):
+        if seq not in memo:
+            n = len(seq)
+            strings = probe_strings(tok.decode(seq)) or []
+            memo[seq] = any(
+                tuple(encode(x, add_special_tokens=False).ids[:n]) == seq for x in strings
+            )
+    return {seq for seq in seqs if memo[seq]}
 
 
 def brute_force_tree(
-    hf: Tokenizer, tok: BPETokenizer, prefix: bytes, end_sample: list[int]
+    hf: Tokenizer,
+    tok: BPETokenizer,
+    prefix: bytes,
+    end_sample: list[int],
+    memo: dict[tuple[int, ...], bool] | None = None,
 ) -> set[tuple[int, ...]]:
     """All canonical sequences covering ``prefix`` (paper definition 1), found breadth-first.
 
@@ -85,8 +94,8 @@ def brute_force_tree(
                 t = by_bytes.get(rest[:k])
                 if t is not None:
                     inner.append(path + (t,))
-        found |= canonical_prefixes(hf, tok, leaves)
-        ok_inner = canonical_prefixes(hf, tok, inner)
+        found |= canonical_prefixes(hf, tok, leaves, memo)
+        ok_inner = canonical_prefixes(hf, tok, inner, memo)
         found |= {p for p in ok_inner if len(tok.decode(p)) == len(prefix)}
         frontier = [(p, len(tok.decode(p))) for p in ok_inner]
     return found

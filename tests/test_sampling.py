@@ -21,8 +21,11 @@ torch = pytest.importorskip("torch")
 from .tiny_models import build_tiny_llama  # noqa: E402
 
 TOL = 1e-6
-# Random prefixes per tokenizer: 6 in CI; `make test-exact` runs 100 (MIDWORD_EXACT_PREFIXES).
-N_RANDOM = int(os.environ.get("MIDWORD_EXACT_PREFIXES", "6"))
+# Random prefixes per tokenizer (issue 3 asks for >= 100 in CI); MIDWORD_EXACT_PREFIXES
+# lowers it for a quick local run. They run in CHUNKS slices per tokenizer, each its own
+# xdist group, so the slow brute force spreads over the workers.
+N_RANDOM = int(os.environ.get("MIDWORD_EXACT_PREFIXES", "100"))
+CHUNKS = 3
 PINNED = [
     b"Helmo",
     b"self.assertEq",
@@ -74,25 +77,31 @@ def _setup(name: str, setups: dict):
     return setups[name]
 
 
-def test_exact_against_brute_force(tokenizer_name: str, setups: dict) -> None:
+def all_prefixes(name: str) -> list[bytes]:
+    return PINNED + random_prefixes(N_RANDOM, seed=len(name) * 7919 + ord(name[-1]))
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_exact_against_brute_force(tokenizer_name: str, chunk: int, setups: dict) -> None:
+    """Prefix log-probability of every prefix; on every 4th also the next-byte
+    log-probabilities of the two most likely bytes and a random one, and the end-of-text
+    mass."""
     _, sampler, oracle = _setup(tokenizer_name, setups)
-    rng = random.Random(1)
-    prefixes = PINNED + random_prefixes(
-        N_RANDOM, seed=len(tokenizer_name) * 7919 + ord(tokenizer_name[-1])
-    )
-    for k, prefix in enumerate(prefixes):
+    rng = random.Random(chunk)
+    for k, prefix in enumerate(all_prefixes(tokenizer_name)):
+        if k % CHUNKS != chunk:
+            continue
         sampler.reset(prefix)
         dist = sampler.next_bytes()
         truth = oracle.prefix_logprob(prefix) if prefix else 0.0
         assert abs(dist.prefix_logprob - truth) < TOL, (prefix, dist.prefix_logprob, truth)
         if k % 4:
-            continue  # next-byte checks on every 4th prefix (each costs a brute-force tree)
-        live = np.flatnonzero(np.isfinite(dist.next))
+            continue  # next-byte checks on every 4th prefix (each costs brute-force trees)
         for b in [*np.argsort(-dist.next)[:2], rng.randrange(256)]:
             want = oracle.prefix_logprob(prefix + bytes([int(b)])) - truth
             got = dist.next[int(b)]
             assert (got == want == float("-inf")) or abs(got - want) < TOL, (prefix, b, got, want)
-        assert live.size > 0 or dist.eos > float("-inf")
+        assert np.isfinite(dist.next).any() or dist.eos > float("-inf")
         try:
             prefix.decode("utf-8")
         except UnicodeDecodeError:
