@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import regex
@@ -138,6 +139,17 @@ def _class_atoms(patterns: list[str]) -> list[regex.Pattern[str]]:
     return out
 
 
+class WholeWords(NamedTuple):
+    """Under ignore_merges, for one head: tokens T (``ids``) and, aligned, the probe
+    endings e with ``head + T + e`` itself a token (the encoder would emit that one)."""
+
+    ids: np.ndarray  # int64 token ids
+    exts: list[frozenset[bytes]]
+
+
+NO_WHOLE_WORDS = WholeWords(np.zeros(0, dtype=np.int64), [])
+
+
 class Engine:
     """Per-tokenizer tables shared by every VCT over that tokenizer."""
 
@@ -172,7 +184,9 @@ class Engine:
         self._head_keys: tuple | None = None
         self._tails: OrderedDict[bytes, tuple] = OrderedDict()
         self.tail_cache_size = 4096
-        self._whole_cache: dict[bytes, dict[int, set[bytes]]] = {}
+        self._whole_cache: dict[bytes, WholeWords] = {}
+        self._canonical: OrderedDict[tuple[tuple[int, ...], bytes], bool] = OrderedDict()
+        self.canonical_cache_size = 1 << 16
 
     def char_class(self, ch: str) -> int:
         cid = self._class_ids.get(ch)
@@ -399,8 +413,9 @@ class Engine:
             out[i] = cuts_whole != cuts_head
         return out
 
-    def whole_words(self, head: bytes) -> dict[int, set[bytes]]:
-        """Tokens T and probe endings e (``b""`` included) with ``head + T + e`` a token."""
+    def whole_words(self, head: bytes) -> WholeWords:
+        """Tokens T and probe endings e (``b""`` included) with ``head + T + e`` a token
+        (cached per head)."""
         hit = self._whole_cache.get(head)
         if hit is not None:
             return hit
@@ -415,8 +430,43 @@ class Engine:
                         out.setdefault(t, set()).add(ext)
         if len(self._whole_cache) > 4096:
             self._whole_cache.clear()
-        self._whole_cache[head] = out
-        return out
+        got = self._whole_cache[head] = WholeWords(
+            np.fromiter(out, dtype=np.int64, count=len(out)), [frozenset(e) for e in out.values()]
+        )
+        return got
+
+    def extends_canonically(self, seq: tuple[int, ...], data: bytes) -> bool:
+        """Does some probed text that starts with ``data`` encode to tokens starting with
+        ``seq``? A pure function of its arguments, so answers are kept (LRU): a node's
+        ``data`` is the region up to it plus the candidate, the same from byte to byte
+        until the settled point moves, and each answer costs up to a few dozen encodes."""
+        key = (seq, data)
+        hit = self._canonical.get(key)
+        if hit is not None:
+            self._canonical.move_to_end(key)
+            return hit
+        got = self._canonical[key] = self._encodes_with(seq, data)
+        if len(self._canonical) > self.canonical_cache_size:
+            self._canonical.popitem(last=False)
+        return got
+
+    def _encodes_with(self, seq: tuple[int, ...], data: bytes) -> bool:
+        """Does some probed text that starts with ``data`` encode to tokens starting with ``seq``?"""
+        try:
+            text, partial = split_utf8(data)
+        except PrefixError:
+            return False
+        if partial:
+            before = data[: len(data) - len(partial)]
+            heads = [text + c for c in self.witness_chars(before, partial, seq[-1])]
+        else:
+            heads = [text]
+        n = len(seq)
+        for probe in PROBES:
+            for head in heads:
+                if tuple(self.tok.encode(head + probe)[:n]) == seq:
+                    return True
+        return False
 
     def token_range(self, prefix: bytes) -> tuple[int, int]:
         """Indices into ``sorted_bytes`` of tokens that start with ``prefix``."""
@@ -911,7 +961,8 @@ class _TailBuilder:
     # ------------------------------------------------------- exact tables
     def _table_leaves(self, node: _Node, cands: np.ndarray | None) -> np.ndarray | None:
         """Leaves at ``node`` from the engine's :class:`LeafTables` (exact); None where
-        they do not apply (no class machine, a node inside a character, added text)."""
+        they do not apply (no class machine, a node inside a character, added text).
+        ``cands``: judge only these tokens (a straddler's few), not the whole vocabulary."""
         tables, machine, k = self.e.tables, self.e.machine, self.char_at.get(node.pos)
         if tables is None or machine is None or k is None or self._has_added(self.text[:k]):
             return None
@@ -920,22 +971,39 @@ class _TailBuilder:
         configs = scan_configs(machine, self._classes[:k])
         if configs is None:
             return None
-        verdict = self._config_verdicts(tables, node, configs, k)
-        exact = tables.needs_exact
+        verdict = self._config_verdicts(tables, node, configs, k, cands)
         if self.tok.added_text:
-            exact = exact | self._added_boundary(node.pos)
-        verdict &= ~(exact | tables.norm_bad)
-        check = np.flatnonzero(exact) if cands is None else cands[exact[cands]]
+            exact = tables.needs_exact | self._added_boundary(node.pos)
+            blocked = exact | tables.norm_bad
+            check = np.flatnonzero(exact) if cands is None else cands[exact[cands]]
+        else:  # the usual case: both masks are fixed per tokenizer
+            blocked, check = tables.blocked, tables.exact_ids
+            if cands is not None:
+                check = cands[tables.needs_exact[cands]]
+        verdict &= ~(blocked if cands is None else blocked[cands])
         skip = len(self.region) - node.pos
-        verdict[[t for t in check.tolist() if self._exact_one(node, t, skip)]] = True
-        return np.flatnonzero(verdict) if cands is None else np.sort(cands[verdict[cands]])
+        good = [t for t in check.tolist() if self._exact_one(node, t, skip)]
+        if cands is None:
+            verdict[good] = True
+            return np.flatnonzero(verdict)
+        return np.sort(np.concatenate([cands[verdict], np.asarray(good, dtype=cands.dtype)]))
 
     def _config_verdicts(
-        self, tables: LeafTables, node: _Node, configs: list[Config], k: int
+        self,
+        tables: LeafTables,
+        node: _Node,
+        configs: list[Config],
+        k: int,
+        cands: np.ndarray | None,
     ) -> np.ndarray:
+        """Table verdicts (bool) over ``cands``, or over the whole vocabulary when None."""
+
+        def pick(mask: np.ndarray) -> np.ndarray:
+            return mask.copy() if cands is None else mask[cands]
+
         if configs[0][1] == k:  # the region ends on a split: a fresh pre-token
-            return tables.fresh_tok.copy()
-        verdict = np.zeros(self.tok.size, dtype=bool)
+            return pick(tables.fresh_tok)
+        verdict = np.zeros(self.tok.size if cands is None else len(cands), dtype=bool)
         succ = self.e.validity.successors(node.last) if node.last is not None else None
         chain = tuple(c[2] for c in configs)
         for n, ((splits, s, _, _), (a_tok, b_tok)) in enumerate(
@@ -943,13 +1011,21 @@ class _TailBuilder:
         ):
             allow_a, allow_b = self._allow(node, splits, s)
             if allow_a:
-                verdict |= a_tok
+                verdict |= a_tok if cands is None else a_tok[cands]
             if allow_b and succ is not None:
+                ok = b_tok & succ if cands is None else b_tok[cands] & succ[cands]
                 bad = self._whole_open(self.region[self.byte_offs[s] : node.pos])
-                verdict |= b_tok & succ & ~np.isin(np.arange(self.tok.size), list(bad))
-                for t, exts in bad.items():
-                    if succ[t] and tables.continues(chain, n, t, exts):
-                        verdict[t] = True
+                # continues() is b_tok's condition with some probe endings left out, so
+                # only tokens b_tok & succ keeps can lose their verdict here
+                live = np.flatnonzero(b_tok[bad.ids] & succ[bad.ids]).tolist()
+                drop = [
+                    t
+                    for t, exts in ((int(bad.ids[i]), bad.exts[i]) for i in live)
+                    if not tables.continues(chain, n, t, exts)
+                ]
+                if drop:
+                    ok[drop if cands is None else np.isin(cands, drop)] = False
+                verdict |= ok
         return verdict
 
     def _allow(self, node: _Node, splits: tuple[int, ...], s: int) -> tuple[bool, bool]:
@@ -974,11 +1050,11 @@ class _TailBuilder:
             return False
         return all(self.e.validity.pair_valid(a, b) for a, b in itertools.pairwise(toks))
 
-    def _whole_open(self, head: bytes) -> dict[int, set[bytes]]:
+    def _whole_open(self, head: bytes) -> WholeWords:
         """Under ignore_merges: tokens T, with the endings ``e``, for which ``head + T + e``
         is itself a token (the encoder would emit that one token instead)."""
         if not self.tok.ignore_merges:
-            return {}
+            return NO_WHOLE_WORDS
         return self.e.whole_words(head)
 
     def _has_added(self, text: str) -> bool:
@@ -1026,22 +1102,7 @@ class _TailBuilder:
         return out
 
     def _extends_canonically(self, seq: tuple[int, ...], data: bytes) -> bool:
-        """Does some probed text that starts with ``data`` encode to tokens starting with ``seq``?"""
-        try:
-            text, partial = split_utf8(data)
-        except PrefixError:
-            return False
-        if partial:
-            before = data[: len(data) - len(partial)]
-            heads = [text + c for c in self.e.witness_chars(before, partial, seq[-1])]
-        else:
-            heads = [text]
-        n = len(seq)
-        for probe in PROBES:
-            for head in heads:
-                if tuple(self.tok.encode(head + probe)[:n]) == seq:
-                    return True
-        return False
+        return self.e.extends_canonically(seq, data)
 
     def _leaf_verdicts(
         self, node: _Node, extra: str, extra_bytes: int, truncated: bool = False
@@ -1172,6 +1233,9 @@ class LeafTables:
             _save_arrays(cache, {**self._arrays(), "fresh": np.array(self.fresh)})
         self._row_of: dict[int, int] | None = None
         self.fresh_tok = self._tok_mask(np.logical_or.reduce(self.fresh))
+        # fixed per tokenizer: tokens the tables leave to encoding, or that never come out
+        self.blocked = self.needs_exact | self.norm_bad
+        self.exact_ids = np.flatnonzero(self.needs_exact)
         self._masks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self.cache_size = 128
 

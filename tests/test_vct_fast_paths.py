@@ -1,0 +1,153 @@
+"""The covering tree's fast paths give what the plain computations give (issue 3, byte
+mode): leaf-table verdicts over a straddler's few candidates equal the whole-vocabulary
+verdicts cut to them; the whole-vocabulary verdicts equal a plain transcription of the
+rule (every whole-word token checked one by one); the kept answers of
+``Engine.extends_canonically`` equal fresh ones; trees built with warm engine caches equal
+trees built with them cleared."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from midword.engine.vct import VCT, Config, Engine, LeafTables, _Node, _TailBuilder, load_engine
+
+from .conftest import tokenizer_path
+
+# qwen3 (NFC: tokens left to encoding at every node) is slow here, so it gets short texts
+TABLE_TOKENIZERS = ["llama3", "gpt4o", "deepseek_v3", "qwen3"]
+SHORT = {"qwen3": 5}  # bytes of each text
+_LIMIT: dict[int, int] = {}  # per engine (by id): bytes of each text it is given
+# code, Thai and CJK cut inside characters, digit runs, contractions, whitespace runs,
+# and the random model's kind of text (letters glued to partial characters)
+TEXTS = [
+    "x = 12045 # don't\n  ",
+    "_heads\u0e32\u0e02\u6570 d\u00fc\u015fman",
+    "\u4e2d\u6587 we've \t\n\n I'll \U0001f600x",
+    "\u1100\u1161 e\u0301",  # qwen3 (NFC): tokens left to encoding among the candidates
+]
+
+
+@pytest.fixture(scope="module", params=TABLE_TOKENIZERS)
+def engine(request: pytest.FixtureRequest) -> Engine:
+    eng = load_engine(str(tokenizer_path(request.param)))
+    if eng.tables is None:
+        pytest.skip(f"{request.param}: no leaf tables")
+    _LIMIT[id(eng)] = SHORT.get(request.param, 1 << 20)
+    return eng
+
+
+def _reference_verdicts(
+    builder: _TailBuilder, tables: LeafTables, node: _Node, configs: list[Config], k: int
+) -> np.ndarray:
+    """The whole-vocabulary verdicts as the rule states them: every token that would make
+    a whole token with the open pre-token's head is judged by ``continues``."""
+    if configs[0][1] == k:
+        return tables.fresh_tok.copy()
+    verdict = np.zeros(builder.tok.size, dtype=bool)
+    succ = builder.e.validity.successors(node.last) if node.last is not None else None
+    chain = tuple(c[2] for c in configs)
+    for n, ((splits, s, _, _), (a_tok, b_tok)) in enumerate(
+        zip(configs, tables.masks(chain), strict=True)
+    ):
+        allow_a, allow_b = builder._allow(node, splits, s)
+        if allow_a:
+            verdict |= a_tok
+        if allow_b and succ is not None:
+            bad = builder._whole_open(builder.region[builder.byte_offs[s] : node.pos])
+            bad_ids = bad.ids.tolist()
+            plain = b_tok & succ
+            plain[bad_ids] = False
+            verdict |= plain
+            for t, exts in zip(bad_ids, bad.exts, strict=True):
+                if succ[t] and tables.continues(chain, n, t, set(exts)):
+                    verdict[t] = True
+    return verdict
+
+
+class _Checking(_TailBuilder):
+    """A tail builder that checks every leaf-table call against the plain computations."""
+
+    calls = 0
+
+    def _table_leaves(self, node: _Node, cands: np.ndarray | None) -> np.ndarray | None:
+        got = super()._table_leaves(node, cands)
+        if cands is not None:
+            full = super()._table_leaves(node, None)
+            assert (got is None) == (full is None)
+            if got is not None:
+                want = np.sort(cands[np.isin(cands, full)])
+                assert got.tolist() == want.tolist(), (self.region, node.path)
+        _Checking.calls += got is not None
+        return got
+
+    def _config_verdicts(
+        self,
+        tables: LeafTables,
+        node: _Node,
+        configs: list[Config],
+        k: int,
+        cands: np.ndarray | None,
+    ) -> np.ndarray:
+        got = super()._config_verdicts(tables, node, configs, k, cands)
+        if cands is None:
+            want = _reference_verdicts(self, tables, node, configs, k)
+            assert np.array_equal(got, want), (self.region, node.path)
+        return got
+
+
+def _data(engine: Engine, text: str) -> bytes:
+    return text.encode("utf-8")[: _LIMIT[id(engine)]]
+
+
+def _regions(engine: Engine, text: str) -> list[bytes]:
+    """The unsettled region after every byte of ``text`` (what each tree is built from)."""
+    vct, out = VCT(engine), []
+    for b in _data(engine, text):
+        vct.push(b)
+        out.append(bytes(vct.buf[vct.settled :]))
+    return out
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_leaf_tables_on_candidates_equal_the_whole_vocabulary(engine: Engine, text: str) -> None:
+    _Checking.calls = 0
+    for region in _regions(engine, text):
+        _Checking(engine, region).run()
+    assert _Checking.calls > 0  # the tables were used
+
+
+def test_whole_word_drops_follow_the_rule(engine: Engine, monkeypatch) -> None:  # noqa: ANN001
+    """``continues`` is almost always true on real text; a stricter one (still implying
+    the B mask, as the real one does) makes the drop path run."""
+    real = engine.tables.continues
+    monkeypatch.setattr(
+        engine.tables,
+        "continues",
+        lambda chain, n, t, exts: real(chain, n, t, exts) and t % 3 != 0,
+    )
+    for text in TEXTS[:2]:
+        for region in _regions(engine, text):
+            _Checking(engine, region).run()
+
+
+def _walk_trees(engine: Engine, text: str, clear: bool) -> list[tuple]:
+    vct, out = VCT(engine), []
+    for b in _data(engine, text):
+        vct.push(b)
+        engine._tails.clear()
+        if clear:
+            engine._canonical.clear()
+        tree = vct.tree()
+        nodes = [(n.path, n.ends_at_prefix_end, n.leaves.tolist()) for n in tree.nodes]
+        out.append((tree.trunk, tree.rest, tree.complete, nodes))
+    return out
+
+
+def test_kept_answers_equal_fresh_ones(engine: Engine) -> None:
+    text = TEXTS[1]
+    warm = _walk_trees(engine, text, clear=False)
+    assert engine._canonical  # the walk asked (mid-character end children)
+    kept = list(engine._canonical.items())
+    for (seq, data), answer in kept[:: max(1, len(kept) // 300)]:  # a few hundred, spread
+        assert engine._encodes_with(seq, data) == answer, (seq, data)
+    assert _walk_trees(engine, text, clear=True) == warm
