@@ -187,6 +187,7 @@ class Engine:
         self._whole_cache: dict[bytes, WholeWords] = {}
         self._canonical: OrderedDict[tuple[tuple[int, ...], bytes], bool] = OrderedDict()
         self.canonical_cache_size = 1 << 16
+        self._ends_at: list[tuple[bytes, np.ndarray]] | None = None
 
     def char_class(self, ch: str) -> int:
         cid = self._class_ids.get(ch)
@@ -421,11 +422,13 @@ class Engine:
             return hit
         out: dict[int, set[bytes]] = {}
         lo, hi = self.token_range(head)
-        for word, _ in self.sorted_bytes[lo:hi]:
-            rest = word[len(head) :]
-            for ext in PROBE_ENDINGS:
-                if len(rest) > len(ext) and rest.endswith(ext):
-                    t = self.tok.bytes_to_id.get(rest[: len(rest) - len(ext)])
+        keys, get, n = self._sorted_keys, self.tok.bytes_to_id.get, len(head)
+        # ending b"" for every token in the range; the others only where a token ends so
+        for ext, where in [(b"", range(lo, hi)), *self._ending_runs(lo, hi)]:
+            for i in where:
+                word = keys[i]
+                if len(word) - n > len(ext):
+                    t = get(word[n : len(word) - len(ext)])
                     if t is not None:
                         out.setdefault(t, set()).add(ext)
         if len(self._whole_cache) > 4096:
@@ -467,6 +470,25 @@ class Engine:
                 if tuple(self.tok.encode(head + probe)[:n]) == seq:
                     return True
         return False
+
+    def _ending_runs(self, lo: int, hi: int) -> list[tuple[bytes, list[int]]]:
+        """Per non-empty probe ending: the positions in ``sorted_bytes[lo:hi]`` of tokens
+        that end with it (one pass over the vocabulary on first use)."""
+        if self._ends_at is None:
+            endings = set(PROBE_ENDINGS) - {b""}
+            width = max(map(len, endings))
+            found: dict[bytes, list[int]] = {e: [] for e in endings}
+            for i, word in enumerate(self._sorted_keys):
+                for k in range(1, min(width, len(word)) + 1):
+                    if word[-k:] in endings:
+                        found[word[-k:]].append(i)
+            self._ends_at = [(e, np.array(found[e], dtype=np.int64)) for e in sorted(endings)]
+        out = []
+        for ext, pos in self._ends_at:
+            a, b = np.searchsorted(pos, (lo, hi))
+            if b > a:
+                out.append((ext, pos[a:b].tolist()))
+        return out
 
     def token_range(self, prefix: bytes) -> tuple[int, int]:
         """Indices into ``sorted_bytes`` of tokens that start with ``prefix``."""

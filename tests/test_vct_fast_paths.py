@@ -7,9 +7,20 @@ trees built with them cleared."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
-from midword.engine.vct import VCT, Config, Engine, LeafTables, _Node, _TailBuilder, load_engine
+from midword.engine.vct import (
+    PROBE_ENDINGS,
+    VCT,
+    Config,
+    Engine,
+    LeafTables,
+    _Node,
+    _TailBuilder,
+    load_engine,
+)
 
 from .conftest import tokenizer_path
 
@@ -151,3 +162,28 @@ def test_kept_answers_equal_fresh_ones(engine: Engine) -> None:
     for (seq, data), answer in kept[:: max(1, len(kept) // 300)]:  # a few hundred, spread
         assert engine._encodes_with(seq, data) == answer, (seq, data)
     assert _walk_trees(engine, text, clear=True) == warm
+
+
+def _plain_whole_words(engine: Engine, head: bytes) -> dict[int, set[bytes]]:
+    out: dict[int, set[bytes]] = {}
+    lo, hi = engine.token_range(head)
+    for word, _ in engine.sorted_bytes[lo:hi]:
+        rest = word[len(head) :]
+        for ext in PROBE_ENDINGS:
+            if len(rest) > len(ext) and rest.endswith(ext):
+                t = engine.tok.bytes_to_id.get(rest[: len(rest) - len(ext)])
+                if t is not None:
+                    out.setdefault(t, set()).add(ext)
+    return out
+
+
+def test_whole_words_equal_a_plain_scan(engine: Engine) -> None:
+    rng = random.Random(0)
+    words = [w for w in rng.sample(engine._sorted_keys, 150) if len(w) > 1]
+    heads = [b"in", b"\xe0", b"12", b"__", *(w[: rng.randrange(2, len(w) + 1)] for w in words)]
+    for head in heads:
+        engine._whole_cache.pop(head, None)
+        got = engine.whole_words(head)
+        assert dict(zip(got.ids.tolist(), map(set, got.exts), strict=True)) == (
+            _plain_whole_words(engine, head)
+        ), head
