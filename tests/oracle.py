@@ -97,8 +97,20 @@ def brute_force_tree(
         found |= canonical_prefixes(hf, tok, leaves, memo)
         ok_inner = canonical_prefixes(hf, tok, inner, memo)
         found |= {p for p in ok_inner if len(tok.decode(p)) == len(prefix)}
-        frontier = [(p, len(tok.decode(p))) for p in ok_inner]
+        # a node that ends inside a character may be canonical only through the character
+        # after the one it cuts (qwen3: 'e' '\xef\xbd' '\x9c력' is the encoding of 'e｜력',
+        # while no probe after '｜' keeps '\xef\xbd' whole), so its leaves are still tried
+        cut = [p for p in inner if p not in ok_inner and _ends_inside_char(tok.decode(p))]
+        frontier = [(p, len(tok.decode(p))) for p in [*ok_inner, *cut]]
     return found
+
+
+def _ends_inside_char(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 _VOCABS: dict[int, tuple] = {}
