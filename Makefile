@@ -72,3 +72,7 @@ bench-sampling:  ## issue 3: PBP vs generate() wall time, byte-mode bytes/s vs t
 .PHONY: bench-default-model
 bench-default-model:  ## shipped model: next-character accuracy at 500 mid-identifier cuts (naive, healing 1, ByteSampler), written to the model card
 	$(PY) benchmarks/bench_default_model.py --write-card
+
+.PHONY: bench-tree-overhead
+bench-tree-overhead:  ## issue 3: inference tokens per prompt-boundary solve over plain BPE, per tokenizer (1000 windows)
+	$(PY) benchmarks/bench_tree_overhead.py
