@@ -22,6 +22,7 @@ import numpy as np
 from .tokenizer import NO_MERGE, BPETokenizer
 
 INF = np.iinfo(np.int64).max
+PAIR_MEMO_SIZE = 1 << 20  # remembered pair verdicts (~100 MB at most); cleared when full
 
 
 class Validity:
@@ -35,6 +36,7 @@ class Validity:
         self.rinv_tok: np.ndarray | None = None  # right-spine index, built on first use
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
+        self._pairs: dict[tuple[int, int], bool] = {}
 
     # ------------------------------------------------------------------ spines
     def right_spine(self, a: int) -> list[int]:
@@ -51,7 +53,21 @@ class Validity:
         return spine[::-1]
 
     def pair_valid(self, a: int, b: int) -> bool:
-        """True iff ``[a, b]`` is the BPE encoding of ``bytes(a) + bytes(b)``."""
+        """True iff ``[a, b]`` is the BPE encoding of ``bytes(a) + bytes(b)``.
+
+        Verdicts are remembered: a covering tree asks about the same few pairs under
+        every pre-tokenizer hypothesis, and the tree of the next byte asks again.
+        """
+        key = (a, b)
+        hit = self._pairs.get(key)
+        if hit is None:
+            if len(self._pairs) >= PAIR_MEMO_SIZE:
+                self._pairs.clear()
+            hit = self._pairs[key] = self.pair_valid_uncached(a, b)
+        return hit
+
+    def pair_valid_uncached(self, a: int, b: int) -> bool:
+        """`pair_valid` computed from the boundary trajectories (no memo)."""
         reach = self.tok.reachable
         if not (reach[a] and reach[b]):
             return False

@@ -73,3 +73,22 @@ def test_predecessor_masks_equal_pair_checks(tokenizer_name: str) -> None:
         mask = v.predecessors(int(b))
         for a in rng.sample(list(ids), 300):
             assert mask[a] == v.pair_valid(int(a), int(b))
+
+
+def test_remembered_pair_verdicts_equal_fresh_ones(monkeypatch) -> None:
+    """The pair memo answers as the trajectories do, also after it fills up and is cleared."""
+    from midword.engine import validity
+
+    monkeypatch.setattr(validity, "PAIR_MEMO_SIZE", 64)
+    eng = load_engine(str(tokenizer_path("gpt35turbo")))
+    v = eng.validity
+    rng = random.Random(11)
+    ids = np.flatnonzero(eng.tok.reachable)
+    pairs = [_biased_pair(v, ids, rng) for _ in range(150)]
+    verdicts = set()
+    for a, b in pairs + rng.sample(pairs, 100) + pairs[:20]:  # repeats, some after clearing
+        fresh = v.pair_valid_uncached(a, b)
+        verdicts.add(fresh)
+        assert v.pair_valid(a, b) == fresh
+        assert len(v._pairs) <= 64
+    assert verdicts == {True, False}
