@@ -822,9 +822,10 @@ class _TailBuilder:
         out = []
         full = self.text + cont
         end = self.text_bytes + cont_bytes
+        head = self.byte_offs[:-1]  # the text's character offsets, computed once per tree
         for y in PROBES if len(cont) < 4 else SHORT_PROBES:
-            spans = self.tok.pretokenizer.spans(full + y)
-            bounds = _byte_bounds(full + y, [e for _, e in spans])
+            offs = head + _char_byte_offsets(cont + y, self.text_bytes)
+            bounds = [offs[e] for _, e in self.tok.pretokenizer.spans(full + y)]
             out.append((bounds, end))
         return out
 
@@ -1667,8 +1668,13 @@ def _nfc_boundary(ch: str) -> bool:
     return unicodedata.combining(ch) == 0 and ch not in nfc_composing()
 
 
-def _char_byte_offsets(text: str) -> list[int]:
-    return [0, *itertools.accumulate(len(ch.encode("utf-8")) for ch in text)]
+def _char_byte_offsets(text: str, start: int = 0) -> list[int]:
+    """Byte offset of every character boundary of ``text`` (``start`` added), ends included.
+
+    >>> _char_byte_offsets("aé中", 10)
+    [10, 11, 13, 16]
+    """
+    return list(itertools.accumulate((len(ch.encode("utf-8")) for ch in text), initial=start))
 
 
 # ------------------------------------------------------------------ loading
