@@ -201,6 +201,27 @@ def test_float32_model_is_close() -> None:
     assert worst <= 1e-4
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_low_precision_logits_are_normalized_in_float32(dtype: torch.dtype) -> None:
+    """Rows from float32/half logits: float64 arrays equal to the float64 log-softmax of
+    the same (rounded) logits within float32 rounding, each summing to one."""
+    from midword.engine.hf_backend import _to_logprobs
+
+    logits = (torch.randn(3, 50_000, generator=torch.Generator().manual_seed(0)) * 8).to(dtype)
+    rows = _to_logprobs(logits)
+    exact = logits.double().log_softmax(-1).numpy()
+    assert rows.dtype == np.float64 and rows.shape == (3, 50_000)
+    assert np.max(np.abs(rows - exact)) < 1e-5
+    assert np.allclose(np.exp(rows).sum(-1), 1.0, atol=1e-5)
+
+
+def test_float64_logits_stay_float64() -> None:
+    from midword.engine.hf_backend import _to_logprobs
+
+    logits = torch.randn(2, 1000, dtype=torch.float64)
+    assert np.array_equal(_to_logprobs(logits), logits.log_softmax(-1).numpy())
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_tree_matches_sequential_cuda() -> None:
     model = build_tiny_llama(ARCHS["llama"], seed=3, dtype="float64").to("cuda")
