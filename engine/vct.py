@@ -56,6 +56,7 @@ PROBE_ENDINGS: tuple[bytes, ...] = tuple(
 )
 ENDING_INDEX: dict[bytes, int] = {e: k for k, e in enumerate(PROBE_ENDINGS)}
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
+CONTINUES_MEMO_SIZE = 1 << 18  # remembered LeafTables.continues verdicts; cleared when full
 MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
 VCT_CACHE_VERSION = "5"  # bump when the cached per-token tables change meaning
 
@@ -1261,6 +1262,7 @@ class LeafTables:
         self.exact_ids = np.flatnonzero(self.needs_exact)
         self._masks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self.cache_size = 128
+        self._continued: dict[tuple[tuple[int, ...], int, int, frozenset[bytes]], bool] = {}
 
     def _is_total(self) -> bool:
         """Does every character start a match of at least one character, whatever
@@ -1587,10 +1589,25 @@ class LeafTables:
             self._masks.popitem(last=False)
         return out
 
-    def continues(self, chain: tuple[int, ...], n: int, t: int, bad: set[bytes]) -> bool:
+    def continues(self, chain: tuple[int, ...], n: int, t: int, bad: frozenset[bytes]) -> bool:
         """Case B for one token, scalar: does some probe y end configuration ``n``'s
         attempt inside y (after ``j`` characters, with ``y[:j]`` not in ``bad``) once the
-        earlier configurations have ended inside the region?"""
+        earlier configurations have ended inside the region?
+
+        Remembered: an identifier's every byte asks again about the same whole words.
+        """
+        key = (chain, n, t, bad)
+        hit = self._continued.get(key)
+        if hit is None:
+            if len(self._continued) >= CONTINUES_MEMO_SIZE:
+                self._continued.clear()
+            hit = self._continued[key] = self.continues_uncached(chain, n, t, bad)
+        return hit
+
+    def continues_uncached(
+        self, chain: tuple[int, ...], n: int, t: int, bad: frozenset[bytes]
+    ) -> bool:
+        """`continues` computed by running the class machine (no memo)."""
         b = self.tok.token_bytes[t]
         assert b is not None
         text, partial = _split_lenient(b)

@@ -70,7 +70,7 @@ def _reference_verdicts(
             plain[bad_ids] = False
             verdict |= plain
             for t, exts in zip(bad_ids, bad.exts, strict=True):
-                if succ[t] and tables.continues(chain, n, t, set(exts)):
+                if succ[t] and tables.continues(chain, n, t, exts):
                     verdict[t] = True
     return verdict
 
@@ -139,6 +139,27 @@ def test_whole_word_drops_follow_the_rule(engine: Engine, monkeypatch) -> None: 
     for text in TEXTS[:2]:
         for region in _regions(engine, text):
             _Checking(engine, region).run()
+
+
+def test_remembered_continues_verdicts_equal_fresh_ones(engine: Engine, monkeypatch) -> None:  # noqa: ANN001
+    """The ``continues`` memo, small enough to be cleared many times, holds the verdicts
+    of the uncached rule (and the checking builder compares every whole-vocabulary call)."""
+    from midword.engine import vct as vct_mod
+
+    if not engine.tok.ignore_merges:
+        pytest.skip("without ignore_merges there are no whole words: continues is never asked")
+    monkeypatch.setattr(vct_mod, "CONTINUES_MEMO_SIZE", 8)
+    tables = engine.tables
+    tables._continued.clear()
+    seen = 0
+    for text in TEXTS[:2]:
+        for region in _regions(engine, text):
+            _Checking(engine, region).run()
+            assert len(tables._continued) <= 8
+            for key, verdict in tables._continued.items():
+                assert verdict == tables.continues_uncached(*key)
+            seen += len(tables._continued)
+    assert seen  # the walk asked
 
 
 def _walk_trees(engine: Engine, text: str, clear: bool) -> list[tuple]:
