@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .backend import BackendError, ForwardStep, TreeScoringSession
+from .cpu_head import speed_up_output_head
 from .kvcache import KVCache, UnsupportedCacheError
 
 if TYPE_CHECKING:
@@ -251,6 +252,8 @@ class HFModel:
         # Read per forward call: one parameter's attributes are cheaper than the model's
         # properties, and .to() moves parameters in place, so they stay current.
         self._weight = _first_float_parameter(model)
+        # few-row output heads on a CPU: see cpu_head (a no-op elsewhere)
+        self.head_plan = speed_up_output_head(model)
 
     @property
     def device(self) -> torch.device:

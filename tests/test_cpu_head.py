@@ -1,0 +1,92 @@
+"""The few-row CPU output head gives F.linear's logits whichever way it is computed."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from midword.engine.cpu_head import MAX_ROWS, speed_up_output_head  # noqa: E402
+from midword.engine.hf_backend import HFModel  # noqa: E402
+
+from .tiny_models import build_tiny_llama  # noqa: E402
+
+
+def _model(dtype: str = "float32", tied: bool = True):  # noqa: ANN202
+    return build_tiny_llama(3000, hidden=48, layers=1, dtype=dtype, tie_word_embeddings=tied)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("way", ["linear", "wt", "pad"])
+def test_every_way_equals_f_linear(dtype: str, way: str) -> None:
+    model = _model(dtype)
+    head = model.get_output_embeddings()
+    plan = speed_up_output_head(model)
+    assert plan is not None
+    plan.choices = {1: way if way != "wt" else "linear", 2: way if way != "pad" else "wt"}
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for rows in (1, 2, 3, MAX_ROWS, MAX_ROWS + 1):
+            x = torch.randn(1, rows, 48, generator=gen, dtype=head.weight.dtype)
+            got = head(x)
+            want = torch.nn.functional.linear(x, head.weight, head.bias)
+            assert got.shape == want.shape == (1, rows, 3000)
+            assert got.is_contiguous()
+            assert torch.max(torch.abs(got - want)).item() <= tol * want.abs().max().item()
+
+
+def test_bias_is_added() -> None:
+    head = torch.nn.Linear(16, 50, bias=True)
+    holder = torch.nn.Module()
+    holder.get_output_embeddings = lambda: head  # type: ignore[method-assign]
+    plan = speed_up_output_head(holder)
+    assert plan is not None
+    plan.choices = {1: "pad", 2: "wt"}
+    x = torch.randn(3, 16)
+    with torch.inference_mode():
+        assert torch.allclose(head(x), torch.nn.functional.linear(x, head.weight, head.bias))
+        assert torch.allclose(
+            head(x[:1]), torch.nn.functional.linear(x[:1], head.weight, head.bias)
+        )
+
+
+def test_timed_choice_fills_the_plan_and_weights_stay_tied() -> None:
+    model = _model()
+    keys = set(model.state_dict())
+    hf = HFModel(model)
+    assert hf.head_plan is not None
+    hf.sequence_logprobs([1, 2, 3])  # 3 rows: the 2+ decision
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([[4, 5]]), logits_to_keep=1)  # 1 row
+    assert set(hf.head_plan.choices) == {1, 2}
+    assert hf.head_plan.choices[1] in {"linear", "pad"}
+    assert hf.head_plan.choices[2] in {"linear", "wt"}
+    assert set(model.state_dict()) == keys
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    assert head.weight.data_ptr() == embed.weight.data_ptr()
+    assert HFModel(model).head_plan is hf.head_plan  # patched once
+
+
+def test_autograd_calls_keep_f_linear() -> None:
+    model = _model()
+    plan = speed_up_output_head(model)
+    assert plan is not None
+    plan.choices = {1: "pad", 2: "wt"}
+    head = model.get_output_embeddings()
+    out = head(torch.randn(2, 48))
+    assert out.requires_grad  # F.linear with the weight's graph, not our no-grad product
+    out.sum().backward()
+    assert head.weight.grad is not None
+
+
+def test_other_heads_are_left_alone() -> None:
+    holder = torch.nn.Module()
+    head = torch.nn.Sequential(torch.nn.Linear(4, 5))
+    holder.get_output_embeddings = lambda: head  # type: ignore[method-assign]
+    assert speed_up_output_head(holder) is None
+    assert speed_up_output_head(_model_bf16()) is None
+
+
+def _model_bf16():  # noqa: ANN202
+    return build_tiny_llama(300, hidden=16, layers=1, heads=2, dtype="bfloat16")
