@@ -57,10 +57,12 @@ def logsumexp(values: np.ndarray) -> float:
     """
     if values.size == 0:
         return NEG_INF
-    top = float(np.max(values))
+    top = float(values.max())
     if top == NEG_INF:
         return NEG_INF
-    return top + float(np.log(np.sum(np.exp(values - top))))
+    shifted = values - top
+    # exp in place: one vocabulary-size temporary per call instead of two (called per key)
+    return top + float(np.log(np.exp(shifted, out=shifted).sum()))
 
 
 @dataclass(frozen=True)
@@ -224,7 +226,8 @@ class ByteSampler:
         self.start_id = start_token(model, engine) if start_id is None else start_id
         self.session: ScoringSession = model.session(bos_id=self.start_id)
         self.vct = VCT(engine)
-        self._lengths = np.array([len(b) if b is not None else 0 for b in tok.token_bytes])
+        # token byte lengths as Python ints: a node's offset sums a few of them per keystroke
+        self._lengths = [len(b) if b is not None else 0 for b in tok.token_bytes]
         self._bytes = _bytes_by_position(tok.token_bytes)  # [max_len, V] uint8
         self._special = np.array(
             [i for i in tok.special_ids if i < model.vocab_size], dtype=np.int64
@@ -243,7 +246,7 @@ class ByteSampler:
         current = self.vct.prefix
         if current == prefix:
             return  # nothing changed: keep the tree and its scores
-        common = _common_len(current, prefix)
+        common = _shared_len(current, prefix)
         if common < len(current):
             self.vct.truncate(common)
         self.vct.push_bytes(prefix[common:])
@@ -266,14 +269,7 @@ class ByteSampler:
             rows = self._rows(tree.trunk, paths)  # [N][V]
         if not transform.is_identity:
             rows = transform.apply(np.stack(rows))
-        node_lp = np.zeros(len(paths))
-        index = {p: i for i, p in enumerate(paths)}
-        offsets = []
-        for i, path in enumerate(paths):
-            if path:
-                parent = index[path[:-1]]
-                node_lp[i] = node_lp[parent] + rows[parent][path[-1]]
-            offsets.append(tree.rest - int(self._lengths[list(path)].sum()) if path else tree.rest)
+        node_lp, offsets = _node_scores(paths, rows, tree.rest, self._lengths)
         scored = _Scored(tree, node_lp, rows, offsets)
         self._cache = (key, transform, scored)
         return scored
@@ -314,23 +310,18 @@ class ByteSampler:
         end-of-text events ``path + (special,)``.
         """
         sc = self._score(transform)
-        nodes: list[np.ndarray] = []
-        tokens: list[np.ndarray] = []
-        weights: list[np.ndarray] = []
+        owners: list[int] = []  # node of each run of leaves
+        runs: list[np.ndarray] = []
         for i, node in enumerate(sc.tree.nodes):
-            ends = [node.leaves]
+            owners.append(i)
+            runs.append(node.leaves)
             if node.path == sc.tree.complete and self._special.size:
-                ends.append(self._special)
-            for toks in ends:
-                nodes.append(np.full(toks.size, i, dtype=np.int64))
-                tokens.append(np.asarray(toks, dtype=np.int64))
-                weights.append(sc.node_lp[i] + sc.rows[i][toks])
-        if not weights:
+                owners.append(i)
+                runs.append(self._special)
+        if not runs:
             empty = np.zeros(0, dtype=np.int64)
             return LeafSet(sc.tree, empty, empty, np.zeros(0))
-        return LeafSet(
-            sc.tree, np.concatenate(nodes), np.concatenate(tokens), np.concatenate(weights)
-        )
+        return _leaf_arrays(sc, owners, runs)
 
     def leaves(
         self, transform: Transform = Transform()
@@ -358,6 +349,41 @@ class ByteSampler:
         eos = logsumexp(np.array(list(events.values()))) if events else NEG_INF
         prefix_lp = self._cum[-1] + shift if self.track_prefix else None
         return NextBytes(sums - shift, eos, events, prefix_lp, self.session.inference_tokens)
+
+
+def _node_scores(
+    paths: list[tuple[int, ...]], rows: Rows, rest: int, lengths: list[int]
+) -> tuple[np.ndarray, list[int]]:
+    """([N] log P(node path | trunk), [N] bytes of the prefix after each node's path).
+
+    Nodes come parents first (``Tree.nodes``), so a parent's value is ready before its
+    children's.
+    """
+    node_lp = np.zeros(len(paths))
+    index = {p: i for i, p in enumerate(paths)}
+    offsets = []
+    for i, path in enumerate(paths):
+        if path:
+            parent = index[path[:-1]]
+            node_lp[i] = node_lp[parent] + rows[parent][path[-1]]
+        offsets.append(rest - sum(lengths[t] for t in path))
+    return node_lp, offsets
+
+
+def _leaf_arrays(sc: _Scored, owners: list[int], runs: list[np.ndarray]) -> LeafSet:
+    """The `LeafSet` of runs of leaf tokens, run k hanging off node ``owners[k]``.
+
+    One concatenation per field and one add for all weights (the same sums, element by
+    element, as adding each run's node log-prob to its row's values): a tree's node that
+    ends at the prefix has almost the whole vocabulary as leaves.
+    """
+    sizes = [run.size for run in runs]
+    node = np.repeat(np.array(owners, dtype=np.int64), sizes)
+    token = np.concatenate(runs).astype(np.int64, copy=False)
+    values = [sc.rows[i].take(run) for i, run in zip(owners, runs, strict=True)]
+    weights = np.concatenate(values).astype(np.float64, copy=False)
+    weights += np.repeat(sc.node_lp.take(owners), sizes)
+    return LeafSet(sc.tree, node, token, weights)
 
 
 def session_rows(
@@ -480,6 +506,12 @@ def _bytes_by_position(token_bytes: Sequence[bytes | None]) -> np.ndarray:
         if b:
             out[i, : len(b)] = np.frombuffer(b, dtype=np.uint8)
     return np.ascontiguousarray(out.T)
+
+
+def _shared_len(current: bytes, prefix: bytes) -> int:
+    """`_common_len`, with typing's usual case (``prefix`` extends ``current``) answered by
+    one C-level ``startswith`` rather than by comparing arrays."""
+    return len(current) if prefix.startswith(current) else _common_len(current, prefix)
 
 
 def _common_len(a: bytes, b: bytes) -> int:
