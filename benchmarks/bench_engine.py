@@ -6,7 +6,8 @@ Resident memory is the growth of VmRSS (/proc/self/status) when a fresh Python p
 with midword already imported, loads the engine from its on-disk cache: what a server
 holds per tokenizer.
 
-The code is this repository's own Python sources (local, nothing downloaded).
+The code is this repository's own Python sources, then the Python standard library's
+(local on every machine, nothing downloaded) until there is enough for --push-bytes.
 
 Run: python benchmarks/bench_engine.py [--tokenizers llama3,gpt4o] [--cuts 30] [--push-bytes 20000]
 """
@@ -19,6 +20,7 @@ import random
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -27,9 +29,25 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _code() -> bytes:
-    files = sorted((ROOT / "engine").glob("*.py")) + sorted((ROOT / "midword").glob("*.py"))
-    return b"".join(f.read_bytes() for f in files)
+def _code(need: int) -> bytes:
+    """At least ``need`` bytes of Python (less only if the standard library is short)."""
+    own = [ROOT / d for d in ("engine", "midword", "server", "benchmarks", "tests")]
+    files = [f for d in own for f in sorted(d.rglob("*.py"))]
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files += sorted(f for f in stdlib.glob("*.py"))  # top level only: no vendored test data
+    parts, size = [], 0
+    for f in files:
+        if size >= need:
+            break
+        parts.append(f.read_bytes())
+        size += len(parts[-1])
+    return b"".join(parts)
+
+
+def _us(seconds: list[float]) -> str:
+    seconds = sorted(seconds)
+    p99 = seconds[min(len(seconds) - 1, int(0.99 * len(seconds)))]
+    return f"median {1e6 * statistics.median(seconds):7.1f} us  p99 {1e6 * p99:7.1f} us"
 
 
 def _ms(seconds: list[float]) -> str:
@@ -63,7 +81,7 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         t = time.perf_counter()
         state.push(b)
         costs.append(time.perf_counter() - t)
-    print(f"  push per byte ({len(costs)} bytes): {_ms(costs)}")
+    print(f"  push per byte ({len(costs):,} bytes of Python): {_us(costs)}")
 
     rng = random.Random(0)
     masks = []
@@ -167,7 +185,7 @@ def main() -> None:
     parser.add_argument("--cuts", type=int, default=30)
     parser.add_argument("--push-bytes", type=int, default=20000)
     args = parser.parse_args()
-    code = _code()
+    code = _code(max(args.push_bytes, 200_000))
     for name in args.tokenizers.split(","):
         bench(name, code, args.cuts, args.push_bytes)
 
