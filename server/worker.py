@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at 
     from midword.engine.vct import Engine
 
 from .live import Backend, EnsembleModels, LiveDocument, SingleModel
-from .memory import release_memory
+from .memory import freeze_heap, release_memory, thaw_heap
 from .options import ServerOptions
 from .scope import Scope, finalize
 
@@ -228,6 +228,7 @@ class ModelHost:
         """Switch to a loaded model (runs on the worker thread, between requests)."""
         self._backend = backend
         self._documents.clear()
+        freeze_heap()  # before "ready": the collection pause belongs to the load
         self._set_status(Status("ready", name, "ready"))
 
     # ------------------------------------------------------------------ documents
@@ -366,6 +367,7 @@ class ModelHost:
         for watcher in self._watchers:
             watcher.stop()
         self._worker.shutdown(wait=False, cancel_futures=True)
+        thaw_heap()
 
 
 class ModelWatcher:
