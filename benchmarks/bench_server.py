@@ -13,7 +13,8 @@ the JSON-RPC transport) on the shipped default model, and prints:
    threads (event loop, model worker) minus the forward passes' CPU time: on a shared
    machine the wall clock also counts waits for a core. Tokens the model evaluates per
    keystroke to score the covering tree, next to the new trunk tokens + tail nodes (the
-   goal).
+   goal). Cyclic garbage collections during the replay (the server freezes the model's
+   objects out of them once it is loaded).
 2. Incremental vs rebuild: typing at the end of a 10k-line buffer, with the live VCT and
    KV cache vs rebuilding both for every request; ratio of server-side time (goal >= 10x).
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import sys
 import sysconfig
@@ -88,6 +90,29 @@ class WorkerCPU:
             return submit(run)
 
         executor.submit = counted  # type: ignore[method-assign]
+
+
+class GCWatch:
+    """Cyclic garbage collections while watching: passes per generation and the longest
+    pause (an oldest-generation pass over an unfrozen model heap takes a few hundred ms)."""
+
+    def __init__(self) -> None:
+        self.passes = [0, 0, 0]
+        self.longest = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.passes[info["generation"]] += 1
+        self.longest = max(self.longest, time.perf_counter() - self._started)
+
+    def stop(self) -> str:
+        gc.callbacks.remove(self._on_gc)
+        counts = ", ".join(f"gen{g} {n}" for g, n in enumerate(self.passes))
+        return f"{counts}; longest pause {_ms(self.longest)}"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -216,7 +241,9 @@ async def main() -> None:
     print(f"model: {controller.host.status.model}; file: {SOURCE.name} ({len(typed)} keys)")
 
     worker = WorkerCPU(controller)
+    collections = GCWatch()
     rows = await replay(controller, "", typed, clock, rebuild=False, worker=worker)
+    collected = collections.stop()
     print("\n1. keystroke replay (server side, in process)")
     print(f"   keys: {len(rows)}; mean server time {_ms(statistics.mean(k.seconds for k in rows))}")
     overhead = [k.seconds - k.forward for k in rows]
@@ -225,6 +252,7 @@ async def main() -> None:
     print(
         f"   the same in CPU time of the server's threads (the machine's load left out): {_quantiles(cpu)}"
     )
+    print(f"   cyclic garbage collections during the replay: {collected}")
     prepare = [k.answer.sync_ms / 1000 for k in rows]
     print(
         f"   request's prepare step (VCT to the prefix, tree built and scored): {_quantiles(prepare)}"
