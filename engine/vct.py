@@ -177,10 +177,14 @@ class Engine:
         self._completions: OrderedDict[bytes, Completions] = OrderedDict()
         self._char_words: tuple[list[bytes], list[list[bytes]]] | None = None
         self.machine = _class_machine(tok)
+        self.split_probes = PROBES  # until the tables have fixed the machine's class ids
         self.tail_ok, self.whole_ok, irregular = self._token_tables()
         self.tables = LeafTables(self, self.machine) if self.machine is not None else None
         if self.tables is not None and not self.tables.total:
             self.tables = None
+        # after the tables: the machine numbers classes in the order it meets characters,
+        # and restored tables expect the numbering they were built with
+        self.split_probes = _distinct_probes(self.machine)
         self._irregular_cached = irregular if self.tables is None else None
         self._head_keys: tuple | None = None
         self._tails: OrderedDict[bytes, tuple] = OrderedDict()
@@ -669,7 +673,7 @@ class VCT:
         first = spans(text + PROBES[0])
         if not first or first[0][1] >= limit:
             return  # usual case, one regex run: the open pre-token still reaches the end
-        spans_per_probe = [first] + [spans(text + y) for y in PROBES[1:]]
+        spans_per_probe = [first] + [spans(text + y) for y in self.engine.split_probes[1:]]
         # a non-special added text that may still be completing ends the text where it
         # starts (the encoder matches it first): no pre-token past that point is final
         # yet, and those before it must also be the pre-tokens of the text cut there
@@ -824,7 +828,7 @@ class _TailBuilder:
         full = self.text + cont
         end = self.text_bytes + cont_bytes
         head = self.byte_offs[:-1]  # the text's character offsets, computed once per tree
-        for y in PROBES if len(cont) < 4 else SHORT_PROBES:
+        for y in self.e.split_probes if len(cont) < 4 else SHORT_PROBES:
             offs = head + _char_byte_offsets(cont + y, self.text_bytes)
             bounds = [offs[e] for _, e in self.tok.pretokenizer.spans(full + y)]
             out.append((bounds, end))
@@ -1653,6 +1657,23 @@ def _save_arrays(path: Path | None, arrays: dict[str, np.ndarray]) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
     np.savez(tmp, **arrays)
     tmp.replace(path)
+
+
+def _distinct_probes(machine: ClassMachine | None) -> tuple[str, ...]:
+    """PROBES, one per sequence of pre-tokenizer classes ("" first): probes the class
+    machine cannot tell apart split every text alike, so splitting with one of them is
+    enough (26 -> 12-22 regex runs where only the splits matter). All of PROBES when there
+    is no class machine."""
+    if machine is None:
+        return PROBES
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for y in PROBES:
+        key = tuple(machine.classes(y))
+        if key not in seen:
+            seen.add(key)
+            out.append(y)
+    return tuple(out)
 
 
 def _class_machine(tok: BPETokenizer) -> ClassMachine | None:

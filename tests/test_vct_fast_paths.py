@@ -208,3 +208,32 @@ def test_whole_words_equal_a_plain_scan(engine: Engine) -> None:
         assert dict(zip(got.ids.tolist(), map(set, got.exts), strict=True)) == (
             _plain_whole_words(engine, head)
         ), head
+
+
+@pytest.mark.parametrize(
+    "name", ["llama3", "qwen3", "deepseek_v3", "gptoss", "gpt4o", "gpt35turbo"]
+)
+def test_probes_of_one_class_split_every_text_alike(name: str) -> None:
+    """`Engine.split_probes` keeps one probe per class sequence: every probe it drops
+    splits random texts (code, prose, CJK, digits, contractions, whitespace, cut at random
+    characters) exactly as the probe kept for its class does."""
+    from midword.engine.vct import PROBES
+
+    from .corpus import CORPUS
+
+    engine = load_engine(str(tokenizer_path(name)))
+    if engine.machine is None:
+        pytest.skip(f"{name}: no class machine, every probe is kept")
+    kept = {tuple(engine.machine.classes(y)): y for y in reversed(PROBES)}
+    assert len(engine.split_probes) == len(kept) < len(PROBES)
+    spans = engine.tok.pretokenizer.spans
+    rng = random.Random(5)
+    texts = [t if isinstance(t, str) else t.decode("utf-8", "replace") for t in CORPUS]
+    for _ in range(400):
+        text = rng.choice(texts)
+        start = rng.randrange(len(text))
+        piece = text[start : start + rng.randrange(1, 40)]
+        for y in PROBES:
+            rep = kept[tuple(engine.machine.classes(y))]
+            assert rep in engine.split_probes
+            assert spans(piece + y) == spans(piece + rep), (piece, y, rep)
