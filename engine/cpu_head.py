@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["HeadPlan", "speed_up_output_head"]
 
 MAX_ROWS = 8  # more rows than this: a real matrix product, F.linear is fine
-MARGIN = 0.8  # another way must take at most 80% of F.linear's time to be chosen
-TRIALS = 3
+MIN_WEIGHT_BYTES = 8 << 20  # smaller heads cost well under a millisecond either way
+MARGIN = 0.7  # another way must take at most 70% of F.linear's time to be chosen
+TRIALS = 5
 
 
 class HeadPlan:
@@ -53,7 +54,7 @@ def speed_up_output_head(model: Any) -> HeadPlan | None:
     """Patch the model's output head (a plain ``nn.Linear``) for few-row CPU calls.
 
     Returns the plan (filled in as row counts are first seen), or None when the head is
-    not a plain float32/float64 linear layer. Calls on other devices, with more than
+    not a plain float32/float64 linear layer of at least MIN_WEIGHT_BYTES. Calls on other devices, with more than
     MAX_ROWS rows or with autograd on go to ``F.linear`` as before.
     """
     import torch
@@ -61,6 +62,9 @@ def speed_up_output_head(model: Any) -> HeadPlan | None:
     head = model.get_output_embeddings()
     if type(head) is not torch.nn.Linear or head.weight.dtype not in (torch.float32, torch.float64):
         return None
+    weight = head.weight
+    if weight.numel() * weight.element_size() < MIN_WEIGHT_BYTES:
+        return None  # nothing worth a timing that a busy machine could get wrong
     if "forward" in vars(head):
         return getattr(head, "_midword_plan", None)  # patched already (a second HFModel)
     plan = HeadPlan()

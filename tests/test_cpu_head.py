@@ -6,10 +6,24 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from midword.engine import cpu_head  # noqa: E402
 from midword.engine.cpu_head import MAX_ROWS, speed_up_output_head  # noqa: E402
 from midword.engine.hf_backend import HFModel  # noqa: E402
 
 from .tiny_models import build_tiny_llama  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def small_heads_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny test heads are far below the size the patch waits for."""
+    monkeypatch.setattr(cpu_head, "MIN_WEIGHT_BYTES", 0)
+
+
+def test_small_heads_keep_f_linear(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_head, "MIN_WEIGHT_BYTES", 8 << 20)
+    model = _model()  # 3000 x 48 float32: 576 kB
+    assert speed_up_output_head(model) is None
+    assert "forward" not in vars(model.get_output_embeddings())
 
 
 def _model(dtype: str = "float32", tied: bool = True):  # noqa: ANN202
