@@ -5,9 +5,10 @@ call. On a CPU, ``F.linear(h, W)`` with ``W`` of shape [V, H] and only 1-8 rows 
 ``h`` can take a slow path: with torch's MKL build on this project's machines it
 streams ``W`` once per row, 2-4x slower than ``W @ h.T`` (one pass over ``W`` for all
 rows). A single row is often faster when padded to two. Which is faster depends on
-the CPU, the BLAS and the shape, so the choice is timed once per row count on first
-use, and ``F.linear`` stays unless another way is clearly faster. Only the summation
-order changes: the logits agree to the dtype's rounding.
+the CPU, the BLAS and the shape, so the choice is timed when the model is wrapped (at
+load time, not in the middle of an editor's first completion), and ``F.linear`` stays
+unless another way is clearly faster. Only the summation order changes: the logits
+agree to the dtype's rounding.
 
 The head module is patched in place (its ``forward`` only; parameters, state dict and
 weight tying are untouched), so ``generate()`` on the same model gets it too, and
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import time
 import types
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,26 +38,21 @@ MARGIN = 0.7  # another way must take at most 70% of F.linear's time to be chose
 TRIALS = 5
 
 
+@dataclass
 class HeadPlan:
-    """Per row count: 'linear' (F.linear), 'wt' (W @ h.T) or 'pad' (one row padded to
-    two, then W @ h.T); decided by timing on first use."""
+    """Per row count (1, or 2..MAX_ROWS under the key 2): 'linear' (F.linear), 'wt'
+    (W @ h.T) or 'pad' (one row padded to two, then W @ h.T)."""
 
-    def __init__(self) -> None:
-        self.choices: dict[int, str] = {}
-
-    def choose(self, head: torch.nn.Linear, rows: int) -> str:
-        key = min(rows, 2)  # 1 row, or 2..MAX_ROWS rows (one decision covers them)
-        if key not in self.choices:
-            self.choices[key] = _timed_choice(head, key)
-        return self.choices[key]
+    choices: dict[int, str]
 
 
 def speed_up_output_head(model: Any) -> HeadPlan | None:
-    """Patch the model's output head (a plain ``nn.Linear``) for few-row CPU calls.
+    """Time the ways to apply the model's output head for few rows and patch the head
+    (a plain ``nn.Linear``) to use the faster one.
 
-    Returns the plan (filled in as row counts are first seen), or None when the head is
-    not a plain float32/float64 linear layer of at least MIN_WEIGHT_BYTES. Calls on other devices, with more than
-    MAX_ROWS rows or with autograd on go to ``F.linear`` as before.
+    Returns the plan, or None when the head is not a float32/float64 linear layer of at
+    least MIN_WEIGHT_BYTES on the CPU. Calls on other devices (a model moved later), with
+    more than MAX_ROWS rows or with autograd on go to ``F.linear`` as before.
     """
     import torch
 
@@ -63,13 +60,13 @@ def speed_up_output_head(model: Any) -> HeadPlan | None:
     if type(head) is not torch.nn.Linear or head.weight.dtype not in (torch.float32, torch.float64):
         return None
     weight = head.weight
-    if weight.numel() * weight.element_size() < MIN_WEIGHT_BYTES:
-        return None  # nothing worth a timing that a busy machine could get wrong
-    if "forward" in vars(head):
-        return getattr(head, "_midword_plan", None)  # patched already (a second HFModel)
-    plan = HeadPlan()
-    head._midword_plan = plan
-    head.forward = types.MethodType(_head_forward, head)
+    if weight.device.type != "cpu" or weight.numel() * weight.element_size() < MIN_WEIGHT_BYTES:
+        return None  # nothing to gain, or not worth a timing a busy machine could get wrong
+    plan = getattr(head, "_midword_plan", None)
+    if plan is None:  # not patched yet (a second HFModel over the same model reuses it)
+        plan = HeadPlan({rows: _timed_choice(head, rows) for rows in (1, 2)})
+        head._midword_plan = plan
+        head.forward = types.MethodType(_head_forward, head)
     return plan
 
 
@@ -87,7 +84,7 @@ def _head_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         or (torch.is_grad_enabled() and weight.requires_grad)
     ):
         return torch.nn.functional.linear(x, weight, self.bias)
-    how = self._midword_plan.choose(self, m)
+    how = self._midword_plan.choices[min(m, 2)]
     if how == "linear":
         return torch.nn.functional.linear(x, weight, self.bias)
     out = _product(weight, rows, how)  # [M, V]

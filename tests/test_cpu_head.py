@@ -69,15 +69,12 @@ def test_bias_is_added() -> None:
             assert torch.max(torch.abs(got - without)).item() > 1e-3  # the bias is in
 
 
-def test_timed_choice_fills_the_plan_and_weights_stay_tied() -> None:
+def test_timed_choice_is_made_when_wrapped_and_weights_stay_tied() -> None:
     model = _model()
     keys = set(model.state_dict())
     hf = HFModel(model)
     assert hf.head_plan is not None
-    hf.sequence_logprobs([1, 2, 3])  # 3 rows: the 2+ decision
-    with torch.inference_mode():
-        model(input_ids=torch.tensor([[4, 5]]), logits_to_keep=1)  # 1 row
-    assert set(hf.head_plan.choices) == {1, 2}
+    assert set(hf.head_plan.choices) == {1, 2}  # timed at load, not on a first request
     assert hf.head_plan.choices[1] in {"linear", "pad"}
     assert hf.head_plan.choices[2] in {"linear", "wt"}
     assert set(model.state_dict()) == keys
@@ -104,6 +101,10 @@ def test_other_heads_are_left_alone() -> None:
     holder.get_output_embeddings = lambda: head  # type: ignore[method-assign]
     assert speed_up_output_head(holder) is None
     assert speed_up_output_head(_model_bf16()) is None
+    off_cpu = torch.nn.Linear(64, 1000, device="meta")  # stands for a GPU-resident head
+    holder.get_output_embeddings = lambda: off_cpu  # type: ignore[method-assign]
+    assert speed_up_output_head(holder) is None
+    assert "forward" not in vars(off_cpu)
 
 
 def _model_bf16():  # noqa: ANN202
