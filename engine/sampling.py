@@ -246,7 +246,7 @@ class ByteSampler:
         current = self.vct.prefix
         if current == prefix:
             return  # nothing changed: keep the tree and its scores
-        common = _shared_len(current, prefix)
+        common = _common_len(current, prefix)
         if common < len(current):
             self.vct.truncate(common)
         self.vct.push_bytes(prefix[common:])
@@ -508,14 +508,11 @@ def _bytes_by_position(token_bytes: Sequence[bytes | None]) -> np.ndarray:
     return np.ascontiguousarray(out.T)
 
 
-def _shared_len(current: bytes, prefix: bytes) -> int:
-    """`_common_len`, with typing's usual case (``prefix`` extends ``current``) answered by
-    one C-level ``startswith`` rather than by comparing arrays."""
-    return len(current) if prefix.startswith(current) else _common_len(current, prefix)
-
-
 def _common_len(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix (vectorized: the server calls it per keystroke)."""
+    """Length of the longest common prefix (the server asks per keystroke): typing's usual
+    case, ``b`` extending ``a``, is one C-level ``startswith``; else arrays are compared."""
+    if b.startswith(a):
+        return len(a)
     n = min(len(a), len(b))
     diff = np.frombuffer(a, np.uint8, n) != np.frombuffer(b, np.uint8, n)
     return int(np.argmax(diff)) if diff.any() else n

@@ -22,7 +22,7 @@ import numpy as np
 from .tokenizer import NO_MERGE, BPETokenizer
 
 INF = np.iinfo(np.int64).max
-PAIR_MEMO_SIZE = 1 << 20  # remembered pair verdicts (~100 MB at most); cleared when full
+PAIR_MEMO_SIZE = 1 << 18  # remembered pair verdicts (about 85 bytes each: 22 MB when full)
 
 
 class Validity:
@@ -36,7 +36,9 @@ class Validity:
         self.rinv_tok: np.ndarray | None = None  # right-spine index, built on first use
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
-        self._pairs: dict[tuple[int, int], bool] = {}
+        self._pairs: dict[
+            int, bool
+        ] = {}  # (a << 32 | b) -> verdict: int keys, half a tuple's memory
 
     # ------------------------------------------------------------------ spines
     def right_spine(self, a: int) -> list[int]:
@@ -58,7 +60,7 @@ class Validity:
         Verdicts are remembered: a covering tree asks about the same few pairs under
         every pre-tokenizer hypothesis, and the tree of the next byte asks again.
         """
-        key = (a, b)
+        key = a << 32 | b
         hit = self._pairs.get(key)
         if hit is None:
             if len(self._pairs) >= PAIR_MEMO_SIZE:

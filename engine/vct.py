@@ -56,7 +56,7 @@ PROBE_ENDINGS: tuple[bytes, ...] = tuple(
 )
 ENDING_INDEX: dict[bytes, int] = {e: k for k, e in enumerate(PROBE_ENDINGS)}
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
-CONTINUES_MEMO_SIZE = 1 << 18  # remembered LeafTables.continues verdicts; cleared when full
+CONTINUES_MEMO_SIZE = 1 << 15  # remembered LeafTables.continues verdicts (~250 bytes each)
 MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
 VCT_CACHE_VERSION = "5"  # bump when the cached per-token tables change meaning
 
@@ -177,7 +177,6 @@ class Engine:
         self._completions: OrderedDict[bytes, Completions] = OrderedDict()
         self._char_words: tuple[list[bytes], list[list[bytes]]] | None = None
         self.machine = _class_machine(tok)
-        self.split_probes = PROBES  # until the tables have fixed the machine's class ids
         self.tail_ok, self.whole_ok, irregular = self._token_tables()
         self.tables = LeafTables(self, self.machine) if self.machine is not None else None
         if self.tables is not None and not self.tables.total:
@@ -605,13 +604,6 @@ class Hyp:
     stop: int | None = None
 
 
-def _byte_bounds(text: str, char_bounds: list[int]) -> list[int]:
-    offsets = [0]
-    for ch in text:
-        offsets.append(offsets[-1] + len(ch.encode("utf-8")))
-    return [offsets[b] for b in char_bounds if b <= len(text)]
-
-
 class VCT:
     """Streaming Valid Covering Tree over one tokenizer (paper algorithm 2).
 
@@ -852,7 +844,8 @@ class _TailBuilder:
         for k in _pending_added(self.tok, self.text, self.partial):
             head = self.text[:k]
             stop = self.byte_offs[k] if k < len(self.text) else self.text_bytes
-            bounds = _byte_bounds(head, [e for _, e in self.tok.pretokenizer.spans(head)])
+            offs = _char_byte_offsets(head)
+            bounds = [offs[e] for _, e in self.tok.pretokenizer.spans(head)]
             out.append(Hyp(frozenset(b for b in [*bounds, stop] if b > 0), False, stop))
         return out
 

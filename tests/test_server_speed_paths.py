@@ -15,7 +15,7 @@ from midword.engine.generate import Completer, Settings, _choose, _LazyRng, _pic
 from midword.engine.sampling import Transform
 from midword.engine.vct import load_engine
 from midword.server.controller import Controller
-from midword.server.document import Cursor, Document, Range, _cut_long_line
+from midword.server.document import GROW_LIMIT, Cursor, Document, Range, _cut_long_line
 from midword.server.live import SingleModel
 from midword.server.scope import Scope, indent_unit
 from midword.server.worker import ModelHost, Request
@@ -227,7 +227,7 @@ def _reference_window(doc: Document, cursor: Cursor, window_bytes: int) -> bytes
     lines = doc.lines
     span = sum(len(x.encode()) for x in lines[start : cursor.line]) if start is not None else 0
     span += len(doc.line_prefix(cursor).encode())
-    if start is None or start > cursor.line or span > 1.5 * window_bytes:
+    if start is None or start > cursor.line or span > GROW_LIMIT * window_bytes:
         start = doc._fit_start(cursor, window_bytes)
         doc.window_line = start
     head = doc.line_prefix(cursor)
