@@ -18,6 +18,8 @@ Example (a fake model, no torch needed)::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -44,6 +46,7 @@ log = logging.getLogger("midword.server")
 
 MAX_LIVE_DOCUMENTS = 8  # documents that keep a live VCT and KV cache (least recent dropped)
 WARMUP_PREFIX = b'def main():\n    print("hello")\n'
+SYNC_DELAY_S = 0.05  # a change's sync waits this long for a completion request (see sync)
 
 
 def default_model_dir() -> Path:
@@ -233,12 +236,34 @@ class ModelHost:
 
     # ------------------------------------------------------------------ documents
     def sync(self, uri: str, prefix: bytes) -> None:
-        """Bring the document's live VCT to ``prefix`` soon (coalesced: the latest wins)."""
+        """Bring the document's live VCT to ``prefix`` soon (coalesced: the latest wins).
+
+        Called from an event loop, the sync waits `SYNC_DELAY_S` first: editors ask for a
+        completion right after each change, and that request syncs the VCT itself, so a
+        sync queued at once would only wake the worker to find it has nothing to do (and
+        contend with the event loop for the GIL on every keystroke). It runs when typing
+        pauses without a request (a paste, a client that does not ask), to prefill the KV
+        cache. Called from anywhere else, it is queued at once.
+        """
         with self._lock:
             scheduled = uri in self._pending_sync
             self._pending_sync[uri] = prefix
-        if not scheduled:
+        if scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
             self._worker.submit(self._sync_pending, uri)
+        else:
+            loop.call_later(SYNC_DELAY_S, self._sync_if_pending, uri)
+
+    def _sync_if_pending(self, uri: str) -> None:
+        """Queue the delayed sync unless a request took it over meanwhile."""
+        with self._lock:
+            pending = uri in self._pending_sync
+        if pending:
+            with contextlib.suppress(RuntimeError):  # the host shut down meanwhile
+                self._worker.submit(self._sync_pending, uri)
 
     def _sync_pending(self, uri: str) -> None:
         from midword.engine.vct import PrefixError
@@ -281,6 +306,7 @@ class ModelHost:
         """The document's live VCT: prefix and tree (for tests and debugging)."""
 
         def read() -> dict[str, Any] | None:
+            self._sync_pending(uri)  # a delayed sync still waiting: the state after it
             document = self._documents.get(uri)
             return document.state() if document is not None else None
 

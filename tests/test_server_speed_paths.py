@@ -3,6 +3,7 @@ plain computations give (tests/test_server_equivalence.py checks the whole serve
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 from dataclasses import replace
@@ -18,7 +19,7 @@ from midword.server.controller import Controller
 from midword.server.document import GROW_LIMIT, Cursor, Document, Range, _cut_long_line
 from midword.server.live import SingleModel
 from midword.server.scope import Scope, indent_unit
-from midword.server.worker import ModelHost, Request
+from midword.server.worker import SYNC_DELAY_S, ModelHost, Request
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB = 40
@@ -202,6 +203,41 @@ def test_sync_of_another_document_still_runs(engine, fake) -> None:
     _queued_behind_a_blocker(host, jobs)
     host.live_documents().result()
     assert synced == [b"x = 1"]
+    host.shutdown()
+
+
+def test_sync_from_the_event_loop_waits_for_a_pause(engine, fake) -> None:
+    """didChange from the event loop: no sync while a completion request follows at once;
+    after a pause with no request the sync runs by itself."""
+    host, synced = _host(engine, fake)
+
+    async def typing() -> None:
+        host.sync("file:///a.py", b"x = 1")
+        assert host._worker._work_queue.qsize() == 0  # nothing queued at the change
+        await asyncio.wrap_future(host.submit(_request("file:///a.py", b"x = 1")))
+        await asyncio.sleep(3 * SYNC_DELAY_S)
+        assert synced == []  # the request synced the VCT itself
+        host.sync("file:///a.py", b"x = 12")
+        for _ in range(200):  # the delayed sync, with no request coming
+            await asyncio.sleep(SYNC_DELAY_S)
+            if synced:
+                break
+        assert synced == [b"x = 12"]
+
+    asyncio.run(typing())
+    host.shutdown()
+
+
+def test_live_state_includes_a_sync_still_waiting(engine, fake) -> None:
+    host, synced = _host(engine, fake)
+
+    async def change_then_inspect() -> dict | None:
+        host.sync("file:///a.py", b"def f(x")
+        return await asyncio.wrap_future(host.live_state("file:///a.py"))
+
+    state = asyncio.run(change_then_inspect())
+    assert state is not None and state["prefix"] == b"def f(x".hex()
+    assert synced == [b"def f(x"]
     host.shutdown()
 
 
