@@ -23,19 +23,22 @@ from .tokenizer import NO_MERGE, BPETokenizer
 
 INF = np.iinfo(np.int64).max
 PAIR_MEMO_SIZE = 1 << 18  # remembered pair verdicts (about 85 bytes each: 22 MB when full)
+MASK_CACHE_BYTES = 32 << 20  # successor masks kept (one byte per vocabulary entry each)
 
 
 class Validity:
     """Constant-time pair checks and vectorized valid-successor masks (LRU cached)."""
 
-    def __init__(self, tok: BPETokenizer, cache_size: int = 256) -> None:
+    def __init__(self, tok: BPETokenizer, cache_size: int | None = None) -> None:
         self.tok = tok
         self.rank = np.where(tok.rank == NO_MERGE, INF, tok.rank)
         self._build_partners()
         self._build_left_spine_index()
         self.rinv_tok: np.ndarray | None = None  # right-spine index, built on first use
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._cache_size = cache_size
+        # at least 256 masks; a small vocabulary keeps them all (4096 tokens: 16 MB), so a
+        # tree never recomputes one (60 us each) once its token has been seen
+        self._cache_size = cache_size or max(256, MASK_CACHE_BYTES // max(1, tok.size))
         self._pairs: dict[
             int, bool
         ] = {}  # (a << 32 | b) -> verdict: int keys, half a tuple's memory

@@ -812,6 +812,9 @@ class _TailBuilder:
         self.byte_offs = _char_byte_offsets(self.text)
         self.char_at = {b: k for k, b in enumerate(self.byte_offs)}
         self._classes: list[int] | None = None
+        self._steps: dict[int, list[tuple[int, int]]] = {}  # pos -> _tokens_from(pos)
+        self._after: dict[int, list[int]] = {}  # id(hypothesis) -> _splits_after(h)
+        self._configs: dict[int, list[Config] | None] = {}  # character offset -> _configs_at
 
     # hypotheses of where the pre-tokenizer splits, for text + continuation
     def hyps_for(self, cont: str, cont_bytes: int) -> list[tuple[list[int], int]]:
@@ -827,13 +830,20 @@ class _TailBuilder:
         return out
 
     def region_hyps(self) -> tuple[Hyp, ...]:
-        n = len(self.region)
-        conts = self.e.class_reps(self.partial) if self.partial else [""]
+        """Every pre-tokenization of the region that some continuation gives.
+
+        Only splits inside the text matter (a split at offset n exists only where the
+        region ends on a character boundary), so this is `hyps_for` without mapping the
+        continuation's offsets.
+        """
+        n, m, offs = len(self.region), len(self.text), self.byte_offs
+        spans = self.tok.pretokenizer.spans
         found: set[Hyp] = set()
-        for c in conts:
-            for bounds, _ in self.hyps_for(c, len(c.encode("utf-8")) if c else 0):
-                inner = frozenset(b for b in bounds if 0 < b < n)
-                found.add(Hyp(inner, n in bounds and not self.partial))
+        for c in self.e.class_reps(self.partial) if self.partial else [""]:
+            for y in self.e.split_probes if len(c) < 4 else SHORT_PROBES:
+                ends = [e for _, e in spans(self.text + c + y) if e <= m]
+                inner = frozenset(b for b in (offs[e] for e in ends) if 0 < b < n)
+                found.add(Hyp(inner, not self.partial and m in ends))
         found.update(self._added_hyps())
         return tuple(sorted(found, key=lambda h: (sorted(h.inner), h.at_end, h.stop or -1)))
 
@@ -880,11 +890,7 @@ class _TailBuilder:
         if node.pos == n:
             node.leaves = self._end_children(node)
             return
-        for k in range(1, min(self.e.max_token_len, n - node.pos) + 1):
-            t = self.tok.bytes_to_id.get(self.region[node.pos : node.pos + k])
-            if t is None:
-                continue
-            end = node.pos + k
+        for t, end in self._tokens_from(node.pos):
             hyps = self._inner_ok(node, t, end)
             if hyps:
                 child = _Node(node.path + (t,), end, t, node.bounds | {end}, hyps)
@@ -892,35 +898,69 @@ class _TailBuilder:
                 self._expand(child)
         node.leaves = self._straddlers(node)
 
+    def _tokens_from(self, pos: int) -> list[tuple[int, int]]:
+        """(token, end) for every token that spells the region's bytes from ``pos`` on
+        (the same for every node at ``pos``: whitespace runs have many)."""
+        got = self._steps.get(pos)
+        if got is None:
+            get, region = self.tok.bytes_to_id.get, self.region
+            top = min(self.e.max_token_len, len(region) - pos)
+            ids = ((get(region[pos : pos + k]), pos + k) for k in range(1, top + 1))
+            got = self._steps[pos] = [(t, end) for t, end in ids if t is not None]
+        return got
+
+    def _splits_after(self, h: Hyp) -> list[int]:
+        """For each offset ``pos`` of the region, the first split of ``h`` inside the
+        region after it (``len(region) + 1`` when there is none), made once per tree.
+
+        Kept by ``id(h)``: a tree's hypotheses are the root's objects (a node keeps a
+        subset of its parent's), alive as long as the builder, and hashing a `Hyp` rehashes
+        its fields."""
+        got = self._after.get(id(h))
+        if got is None:
+            n = len(self.region)
+            got, nxt = [0] * (n + 1), n + 1
+            for pos in range(n, -1, -1):
+                got[pos] = nxt
+                if pos in h.inner:
+                    nxt = pos
+            self._after[id(h)] = got
+        return got
+
     def _is_split(self, h: Hyp, pos: int) -> bool:
         return pos == 0 or pos in h.inner or (pos == len(self.region) and h.at_end)
 
     def _inner_ok(self, node: _Node, t: int, end: int) -> tuple[Hyp, ...]:
         """Hypotheses under which token ``t`` (inside the region) may follow ``node``."""
         keep = []
-        tb = self.tok.token_bytes[t]
+        pos, pair_ok, at_region_end = node.pos, None, node.pos == len(self.region)
         for h in node.hyps:
-            if any(node.pos < b < end for b in h.inner) or (h.stop is not None and end > h.stop):
-                continue
-            if self._is_split(h, node.pos):
-                if not self._starts_pretoken(h, node.pos, t, end):
+            after = self._after.get(id(h)) or self._splits_after(h)
+            if after[pos] < end or (h.stop is not None and end > h.stop):
+                continue  # t would cross a split
+            if pos == 0 or pos in h.inner or (at_region_end and h.at_end):  # _is_split
+                if not self._starts_pretoken(h, pos, t, end):
                     continue
-            elif not self.e.validity.pair_valid(node.last, t):  # type: ignore[arg-type]
-                continue
+            else:  # the same verdict under every hypothesis: asked once
+                if pair_ok is None:
+                    pair_ok = self.e.validity.pair_valid(node.last, t)  # type: ignore[arg-type]
+                if not pair_ok:
+                    continue
             keep.append(h)
-        del tb
         return tuple(keep)
 
     def _starts_pretoken(self, h: Hyp, pos: int, t: int, end: int) -> bool:
         """May ``t`` be the first token of the pre-token that starts at ``pos``?"""
-        nxt = min(
-            [b for b in h.inner if b > pos] + ([len(self.region)] if h.at_end else []), default=None
-        )
-        whole = self.region[pos:nxt] if nxt is not None else None
-        if self.tok.ignore_merges and whole is not None and whole in self.tok.bytes_to_id:
+        if not self.tok.ignore_merges:
+            return bool(self.tok.reachable[t])
+        n = len(self.region)
+        nxt: int | None = self._splits_after(h)[pos]
+        if nxt > n:  # type: ignore[operator]
+            nxt = n if h.at_end else None
+        if nxt is not None and self.region[pos:nxt] in self.tok.bytes_to_id:
             return end == nxt  # ignore_merges emits a whole in-vocabulary pre-token as one token
         if not self.tok.reachable[t]:
-            return nxt is not None and end == nxt and self.tok.ignore_merges
+            return nxt is not None and end == nxt
         return True
 
     # ------------------------------------------------------- one path only
@@ -964,6 +1004,8 @@ class _TailBuilder:
         rest = self.region[node.pos :]
         lo, hi = self.e.token_range(rest)
         ids = self.e.sorted_ids[lo:hi][self.e.sorted_len[lo:hi] > len(rest)]
+        if not len(ids):
+            return ids  # the usual case away from the region's end: no token reaches past it
         got = self._table_leaves(node, ids)
         if got is not None:
             return got
@@ -984,12 +1026,10 @@ class _TailBuilder:
         """Leaves at ``node`` from the engine's :class:`LeafTables` (exact); None where
         they do not apply (no class machine, a node inside a character, added text).
         ``cands``: judge only these tokens (a straddler's few), not the whole vocabulary."""
-        tables, machine, k = self.e.tables, self.e.machine, self.char_at.get(node.pos)
-        if tables is None or machine is None or k is None or self._has_added(self.text[:k]):
+        tables, k = self.e.tables, self.char_at.get(node.pos)
+        if tables is None or k is None:
             return None
-        if self._classes is None:
-            self._classes = machine.classes(self.text)
-        configs = scan_configs(machine, self._classes[:k])
+        configs = self._configs_at(k)
         if configs is None:
             return None
         verdict = self._config_verdicts(tables, node, configs, k, cands)
@@ -1008,6 +1048,19 @@ class _TailBuilder:
             verdict[good] = True
             return np.flatnonzero(verdict)
         return np.sort(np.concatenate([cands[verdict], np.asarray(good, dtype=cands.dtype)]))
+
+    def _configs_at(self, k: int) -> list[Config] | None:
+        """`scan_configs` of the text's first ``k`` characters (None where the tables do not
+        apply: no class machine, added text), once per tree: nodes at one offset share it."""
+        if k in self._configs:
+            return self._configs[k]
+        machine, got = self.e.machine, None
+        if machine is not None and not self._has_added(self.text[:k]):
+            if self._classes is None:
+                self._classes = machine.classes(self.text)
+            got = scan_configs(machine, self._classes[:k])
+        self._configs[k] = got
+        return got
 
     def _config_verdicts(
         self,
