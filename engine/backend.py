@@ -280,52 +280,64 @@ class _Planner:
         return root
 
     def build(self) -> _Plan:
-        """Match needed rows to old rows, then lay out the kept and new rows."""
+        """Match needed rows to old rows, then lay out the kept and new rows.
+
+        A keystroke's plan has a long kept trunk and a handful of new rows: numpy for
+        the trunk-long arrays, plain lists for the rest (numpy's per-call cost showed).
+        """
         n_prefix, tail, level = self._match_trunk(self._old_index())
         node_old = self._match_nodes(level)
         kept_nodes = [p for p in self.nodes if node_old[p] is not None]
         new_nodes = [p for p in self.nodes if node_old[p] is None]
         n_trunk_old = n_prefix + len(tail)
-        keep = np.concatenate(
-            [np.arange(n_prefix), tail, [node_old[p] for p in kept_nodes]]
-        ).astype(np.int64)  # [K]
-        new_trunk = self.ctx[n_trunk_old:]  # [Qt]
-        n_keep, n_new = len(keep), len(new_trunk) + len(new_nodes)
+        keep_tail = tail + [node_old[p] for p in kept_nodes]  # old rows kept after the prefix
+        t = len(self.ctx)
+        n_keep, n_new_trunk = n_prefix + len(keep_tail), t - n_trunk_old
+        n_rows = n_keep + n_new_trunk + len(new_nodes)
+        layout = {p: n_trunk_old + k for k, p in enumerate(kept_nodes)}  # row before `order`
+        layout.update({p: n_keep + n_new_trunk + j for j, p in enumerate(new_nodes)})
 
-        trunk_rows = np.concatenate(
-            [np.arange(n_trunk_old), n_keep + np.arange(len(new_trunk))]
-        ).astype(np.int64)  # [T] row of each trunk token, in context order
-        layout = {p: n_trunk_old + k for k, p in enumerate(kept_nodes)}
-        layout.update({p: n_keep + len(new_trunk) + j for j, p in enumerate(new_nodes)})
-
-        row_parent = np.full(n_keep + n_new, -1, dtype=np.int64)  # [K+Q]
-        row_parent[trunk_rows[1:]] = trunk_rows[:-1]
-        trunk_end = int(trunk_rows[-1]) if len(trunk_rows) else -1
+        row_parent = np.arange(-1, n_rows - 1, dtype=np.int64)  # [K+Q] chains the trunk rows
+        if n_new_trunk:
+            row_parent[n_keep] = n_trunk_old - 1  # the first new trunk token follows the old
+        trunk_end = n_keep + n_new_trunk - 1 if n_new_trunk else n_trunk_old - 1
         for path, row in layout.items():
             row_parent[row] = layout[path[:-1]] if len(path) > 1 else trunk_end
 
-        t = len(self.ctx)
-        node_pos = [t + len(p) - 1 for p in new_nodes]
-        n_lp_trunk = min(self.window, len(new_trunk))
-        order = np.concatenate([trunk_rows, [layout[p] for p in self.nodes]]).astype(np.int64)
+        trunk_rows = np.concatenate(
+            (np.arange(n_trunk_old), np.arange(n_keep, n_keep + n_new_trunk))
+        ).astype(np.int64, copy=False)  # [T] row of each trunk token, in context order
+        n_lp_trunk = min(self.window, n_new_trunk)
         step = ForwardStep(
-            keep=keep,
-            tokens=np.concatenate([new_trunk, [p[-1] for p in new_nodes]]).astype(np.int64),
-            positions=np.concatenate([np.arange(n_trunk_old, t), node_pos]).astype(np.int64),
+            keep=np.concatenate((np.arange(n_prefix), keep_tail)).astype(np.int64, copy=False),
+            tokens=np.array(
+                self.ctx[n_trunk_old:].tolist() + [p[-1] for p in new_nodes], dtype=np.int64
+            ),
+            positions=np.array(
+                [*range(n_trunk_old, t), *(t + len(p) - 1 for p in new_nodes)], dtype=np.int64
+            ),
             row_parent=row_parent,
             trunk_rows=trunk_rows,
-            logit_queries=np.arange(len(new_trunk) - n_lp_trunk, n_new, dtype=np.int64),
-            order=order,
+            logit_queries=np.arange(n_new_trunk - n_lp_trunk, n_rows - n_keep, dtype=np.int64),
+            order=np.concatenate((trunk_rows, [layout[p] for p in self.nodes])).astype(
+                np.int64, copy=False
+            ),
         )
-        final = np.empty(n_keep + n_new, dtype=np.int64)  # [K+Q] final row of each row
-        final[order] = np.arange(n_keep + n_new)
-        lp_rows = {int(final[k]): old for old, k in self._kept_at(keep, n_prefix).items()}
-        return _Plan(step, self.nodes, final[n_keep:], lp_rows)
+        # final rows: the trunk in order (0..t-1), then the nodes in `self.nodes` order
+        final_node = {p: t + i for i, p in enumerate(self.nodes)}
+        new_rows = [*range(n_trunk_old, t), *(final_node[p] for p in new_nodes)]
+        kept_final = [final_node[p] for p in kept_nodes]  # of keep[n_trunk_old + i]
+        lp_rows = {
+            (k if k < n_trunk_old else kept_final[k - n_trunk_old]): old
+            for old, k in self._kept_at(keep_tail, n_prefix).items()
+        }
+        return _Plan(step, self.nodes, np.array(new_rows, dtype=np.int64), lp_rows)
 
-    def _kept_at(self, keep: np.ndarray, n_prefix: int) -> dict[int, int]:
+    def _kept_at(self, keep_tail: list[int], n_prefix: int) -> dict[int, int]:
         """Old row -> its place in `keep`, for the few old rows that hold log-probs (the
-        kept trunk prefix can be long: it is ``keep[:n_prefix] == 0..n_prefix-1``)."""
-        after = {old: n_prefix + j for j, old in enumerate(keep[n_prefix:].tolist())}
+        kept trunk prefix can be long: it is ``keep[:n_prefix] == 0..n_prefix-1``, and
+        `keep_tail` the rest)."""
+        after = {old: n_prefix + j for j, old in enumerate(keep_tail)}
         at = {old: old if old < n_prefix else after.get(old, -1) for old in self.old_lp}
         return {old: k for old, k in at.items() if k >= 0}
 
