@@ -57,6 +57,8 @@ PROBE_ENDINGS: tuple[bytes, ...] = tuple(
 ENDING_INDEX: dict[bytes, int] = {e: k for k, e in enumerate(PROBE_ENDINGS)}
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
 CONTINUES_MEMO_SIZE = 1 << 15  # remembered LeafTables.continues verdicts (~250 bytes each)
+HYPS_MEMO_CHARS = 64  # regions up to this many characters keep their hypotheses by shape
+HYPS_MEMO_SIZE = 1 << 14  # shapes kept (a few hundred bytes each)
 MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
 VCT_CACHE_VERSION = "5"  # bump when the cached per-token tables change meaning
 
@@ -192,6 +194,8 @@ class Engine:
         self._canonical: OrderedDict[tuple[tuple[int, ...], bytes], bool] = OrderedDict()
         self.canonical_cache_size = 1 << 16
         self._ends_at: list[tuple[bytes, np.ndarray]] | None = None
+        # region shape -> its probe hypotheses (_TailBuilder._probe_hyps)
+        self._hyps_memo: dict[tuple, tuple[Hyp, ...]] = {}
 
     def char_class(self, ch: str) -> int:
         cid = self._class_ids.get(ch)
@@ -742,6 +746,10 @@ class VCT:
         return builder.covers([int(t) for t in seq[settled:]])
 
 
+def _hyp_order(h: Hyp) -> tuple[list[int], bool, int]:
+    return sorted(h.inner), h.at_end, h.stop or -1
+
+
 def _pending_added(tok: BPETokenizer, text: str, partial: bytes) -> list[int]:
     """Character offsets where a non-special added text may have begun and still be
     completing (the rest of the prefix, ``partial`` included, is a proper prefix of it);
@@ -830,12 +838,32 @@ class _TailBuilder:
         return out
 
     def region_hyps(self) -> tuple[Hyp, ...]:
-        """Every pre-tokenization of the region that some continuation gives.
+        """Every pre-tokenization of the region that some continuation gives, in a fixed
+        order."""
+        probed, added = self._probe_hyps(), self._added_hyps()
+        if not added:
+            return probed
+        return tuple(sorted({*probed, *added}, key=_hyp_order))
+
+    def _probe_hyps(self) -> tuple[Hyp, ...]:
+        """The splits of text + continuation + probe, for one continuation per class of
+        the open character's completions and every split probe.
 
         Only splits inside the text matter (a split at offset n exists only where the
         region ends on a character boundary), so this is `hyps_for` without mapping the
-        continuation's offsets.
+        continuation's offsets. Where the class machine models the pre-tokenizer, splits
+        depend on the text only through its characters' classes (and their byte
+        lengths, for the offsets): typed identifiers of one shape share the answer, so
+        it is kept by that shape.
         """
+        key = None
+        if self.e.machine is not None and len(self.text) <= HYPS_MEMO_CHARS:
+            if self._classes is None:
+                self._classes = self.e.machine.classes(self.text)
+            key = (tuple(self._classes), tuple(self.byte_offs), self.partial)
+            hit = self.e._hyps_memo.get(key)
+            if hit is not None:
+                return hit
         n, m, offs = len(self.region), len(self.text), self.byte_offs
         spans = self.tok.pretokenizer.spans
         found: set[Hyp] = set()
@@ -844,8 +872,12 @@ class _TailBuilder:
                 ends = [e for _, e in spans(self.text + c + y) if e <= m]
                 inner = frozenset(b for b in (offs[e] for e in ends) if 0 < b < n)
                 found.add(Hyp(inner, not self.partial and m in ends))
-        found.update(self._added_hyps())
-        return tuple(sorted(found, key=lambda h: (sorted(h.inner), h.at_end, h.stop or -1)))
+        got = tuple(sorted(found, key=_hyp_order))
+        if key is not None:
+            if len(self.e._hyps_memo) >= HYPS_MEMO_SIZE:
+                self.e._hyps_memo.clear()
+            self.e._hyps_memo[key] = got
+        return got
 
     def _added_hyps(self) -> list[Hyp]:
         """One hypothesis per place where a non-special added text may have begun: the

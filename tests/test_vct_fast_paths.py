@@ -237,3 +237,35 @@ def test_probes_of_one_class_split_every_text_alike(name: str) -> None:
             rep = kept[tuple(engine.machine.classes(y))]
             assert rep in engine.split_probes
             assert spans(piece + y) == spans(piece + rep), (piece, y, rep)
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3", "deepseek_v3", "gpt4o"])
+def test_hypotheses_kept_by_shape_equal_fresh_ones(name: str) -> None:
+    """`_TailBuilder._probe_hyps` keeps its answer by the region's shape (each character's
+    class and byte length): a region of the same shape built from other characters gets
+    exactly what computing it afresh gives."""
+    from .corpus import CORPUS
+
+    engine = load_engine(str(tokenizer_path(name)))
+    machine = engine.machine
+    if machine is None:
+        pytest.skip(f"{name}: no class machine, nothing is kept")
+    texts = [t if isinstance(t, str) else t.decode("utf-8", "replace") for t in CORPUS]
+    pool: dict[tuple[int, int], list[str]] = {}
+    for ch in set("".join(texts)):
+        pool.setdefault((machine.char_class(ch), len(ch.encode())), []).append(ch)
+    rng = random.Random(11)
+    swapped = 0
+    for _ in range(300):
+        text = rng.choice(texts)
+        start = rng.randrange(len(text))
+        piece = text[start : start + rng.randrange(1, 24)]
+        twin = "".join(rng.choice(pool[(machine.char_class(c), len(c.encode()))]) for c in piece)
+        swapped += twin != piece
+        cut = rng.choice([0, 0, 1, 2])  # also regions that end inside a character
+        first, second = (t.encode()[: len(t.encode()) - cut or None] for t in (piece, twin))
+        _TailBuilder(engine, first)._probe_hyps()  # remembered by shape
+        kept = _TailBuilder(engine, second)._probe_hyps()
+        engine._hyps_memo.clear()
+        assert kept == _TailBuilder(engine, second)._probe_hyps(), (piece, twin, cut)
+    assert swapped > 100  # the twins really are other texts
