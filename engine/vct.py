@@ -142,6 +142,9 @@ def _class_atoms(patterns: list[str]) -> list[regex.Pattern[str]]:
     return out
 
 
+ONLY_BARE: frozenset[bytes] = frozenset({b""})  # WholeWords.exts of a T with no other ending
+
+
 class WholeWords(NamedTuple):
     """Under ignore_merges, for one head: tokens T (``ids``) and, aligned, the probe
     endings e with ``head + T + e`` itself a token (the encoder would emit that one)."""
@@ -193,7 +196,7 @@ class Engine:
         self._whole_cache: dict[bytes, WholeWords] = {}
         self._canonical: OrderedDict[tuple[tuple[int, ...], bytes], bool] = OrderedDict()
         self.canonical_cache_size = 1 << 16
-        self._ends_at: list[tuple[bytes, np.ndarray]] | None = None
+        self._ends_at: tuple[list[bytes], np.ndarray, int] | None = None  # _ending_runs
         # region shape -> its probe hypotheses (_TailBuilder._probe_hyps)
         self._hyps_memo: dict[tuple, tuple[Hyp, ...]] = {}
 
@@ -428,21 +431,28 @@ class Engine:
         hit = self._whole_cache.get(head)
         if hit is not None:
             return hit
-        out: dict[int, set[bytes]] = {}
+        out: dict[int, frozenset[bytes]] = {}
         lo, hi = self.token_range(head)
         keys, get, n = self._sorted_keys, self.tok.bytes_to_id.get, len(head)
-        # ending b"" for every token in the range; the others only where a token ends so
-        for ext, where in [(b"", range(lo, hi)), *self._ending_runs(lo, hi)]:
+        # ending b"" for every token in the range (one shared set: most T have no other)
+        for i in range(lo, hi):
+            word = keys[i]
+            if len(word) > n:
+                t = get(word[n:])
+                if t is not None:
+                    out[t] = ONLY_BARE
+        # the other endings only where a token in the range ends so
+        for ext, where in self._ending_runs(lo, hi):
             for i in where:
                 word = keys[i]
                 if len(word) - n > len(ext):
                     t = get(word[n : len(word) - len(ext)])
                     if t is not None:
-                        out.setdefault(t, set()).add(ext)
+                        out[t] = out.get(t, frozenset()) | {ext}
         if len(self._whole_cache) > 4096:
             self._whole_cache.clear()
         got = self._whole_cache[head] = WholeWords(
-            np.fromiter(out, dtype=np.int64, count=len(out)), [frozenset(e) for e in out.values()]
+            np.fromiter(out, dtype=np.int64, count=len(out)), list(out.values())
         )
         return got
 
@@ -481,22 +491,33 @@ class Engine:
 
     def _ending_runs(self, lo: int, hi: int) -> list[tuple[bytes, list[int]]]:
         """Per non-empty probe ending: the positions in ``sorted_bytes[lo:hi]`` of tokens
-        that end with it (one pass over the vocabulary on first use)."""
+        that end with it (one pass over the vocabulary on first use).
+
+        The positions of all endings are one sorted array, ending k's shifted by k times
+        the vocabulary size, so one search finds every ending's run.
+        """
         if self._ends_at is None:
-            endings = set(PROBE_ENDINGS) - {b""}
+            endings = sorted(set(PROBE_ENDINGS) - {b""})
             width = max(map(len, endings))
             found: dict[bytes, list[int]] = {e: [] for e in endings}
             for i, word in enumerate(self._sorted_keys):
                 for k in range(1, min(width, len(word)) + 1):
-                    if word[-k:] in endings:
+                    if word[-k:] in found:
                         found[word[-k:]].append(i)
-            self._ends_at = [(e, np.array(found[e], dtype=np.int64)) for e in sorted(endings)]
-        out = []
-        for ext, pos in self._ends_at:
-            a, b = np.searchsorted(pos, (lo, hi))
-            if b > a:
-                out.append((ext, pos[a:b].tolist()))
-        return out
+            span = len(self._sorted_keys) + 1
+            shifted = [
+                np.asarray(found[e], dtype=np.int64) + k * span for k, e in enumerate(endings)
+            ]
+            self._ends_at = (endings, np.concatenate(shifted), span)
+        endings, positions, span = self._ends_at
+        base = np.arange(len(endings), dtype=np.int64) * span
+        starts = positions.searchsorted(base + lo).tolist()
+        stops = positions.searchsorted(base + hi).tolist()
+        return [
+            (ext, (positions[a:b] - k * span).tolist())
+            for k, (ext, a, b) in enumerate(zip(endings, starts, stops, strict=True))
+            if b > a
+        ]
 
     def token_range(self, prefix: bytes) -> tuple[int, int]:
         """Indices into ``sorted_bytes`` of tokens that start with ``prefix``."""
