@@ -1,4 +1,4 @@
-"""Exact verdicts for token sequences that end inside a character, without encoding.
+"""Exact verdicts for token sequences that may end inside a character, without encoding.
 
 In byte mode a random model emits many partial characters, and the covering tree of a
 prefix that ends inside one asks, for each token ``t`` that goes on with the open
@@ -15,12 +15,18 @@ for a "no". This module answers the same question from its parts:
   the start of ``seq``, and the rest of ``seq`` (it ends inside ``c``) must start the
   BPE of the pre-token ``W = P + R`` holding ``c`` (``P``: its bytes up to the end of
   ``seq``, ``R``: the rest of ``c`` and the part ``e`` of the probe the pre-token takes);
-* by the pairwise theorem, BPE(P + R) starts with ``s`` iff ``s`` is BPE(P) and
-  ``(s[-1], f)`` is a valid pair, ``f`` the first token of BPE(R): the engine's
-  :class:`~midword.engine.completions.Completions` holds ``f`` for every completion
-  and every probe ending, so all completions of a class are judged at once;
+* by the pairwise theorem (a sequence is the BPE of its bytes iff its first token is
+  reachable and every adjacent pair is valid), BPE(P + R) starts with ``s`` iff ``s``
+  is canonical and ``(s[-1], f)`` is a valid pair, ``f`` the first token of BPE(R):
+  the engine's :class:`~midword.engine.completions.Completions` holds ``f`` for every
+  completion and every probe ending, so all completions of a class are judged at once;
 * under ``ignore_merges`` a pre-token that is itself a token is encoded as that token,
   which never ends inside ``c``: such completions are left out.
+
+Data that ends on a character boundary is judged the same way, its last character
+playing ``c`` (the same question for the trees' other exact candidates). Pair verdicts
+are remembered by :class:`~midword.engine.validity.Validity`, so a verdict costs a few
+dictionary look-ups once the text's pre-token shapes are known.
 
 It applies where encoding is exactly "pre-tokens, then BPE of each": no normalizer and
 no non-special added text (those tokenizers keep the encoding path).
@@ -68,6 +74,8 @@ class PartialVerdicts:
         """Does ``text + c + y`` encode to tokens starting with ``seq`` for some
         completion ``c`` of ``partial`` and some probe ``y``? (``seq`` covers exactly
         ``text`` encoded plus ``partial``.)"""
+        if not partial:
+            return self._decide_whole(seq, text)
         info = self.e.completions(partial)
         group, first = self.e._class_groups(info)
         offsets = self._seq_offsets(seq)
@@ -83,7 +91,7 @@ class PartialVerdicts:
                     i = self._open_start(seq, offsets, data, char_bytes, shape)
                     # seq's tail must be a prefix of a canonical sequence: canonical itself
                     tail = seq[i:] if i is not None else None
-                    heads[key] = tail is not None and self._bpe(tail) == tail
+                    heads[key] = tail is not None and self._canonical(tail)
                 if not heads[key]:
                     continue
                 if members is None:
@@ -91,6 +99,34 @@ class PartialVerdicts:
                 f = info.firsts(ENDING_INDEX[shape.ending])[members]
                 ok = members[succ[f]]
                 if len(ok) and self._not_all_whole(info, ok, data, char_bytes, shape):
+                    return True
+        return False
+
+    def _decide_whole(self, seq: tuple[int, ...], text: str) -> bool:
+        """:meth:`decide` for data that ends on a character boundary: its last character
+        plays ``c``; the pre-token holding it either ends there (``seq``'s tail is its
+        encoding) or goes on into the probe (its head is canonical, then a valid pair)."""
+        if not text:
+            return not seq
+        head = text[:-1]
+        fresh = (head, self._signature(text[-1])) not in self._shapes
+        # a text not split yet (26 regex runs): one encode answers most questions
+        if fresh and tuple(self.tok.encode(text)[: len(seq)]) == seq:
+            return True
+        offsets = self._seq_offsets(seq)
+        data = text.encode("utf-8")
+        char_bytes = _char_byte_offsets(text)
+        for shape in self.shapes(head, text[-1]):
+            i = self._open_start(seq, offsets, data, char_bytes, shape)
+            if i is None:
+                continue
+            tail, word = seq[i:], data[char_bytes[shape.start] :]
+            if not shape.ending:
+                if self._encodes_word(tail, word):
+                    return True
+            elif self._canonical(tail) and not self._whole(word + shape.ending):
+                after = self.tok._bpe_cached(shape.ending)[0]
+                if self.e.validity.pair_valid(tail[-1], after):
                     return True
         return False
 
@@ -146,13 +182,27 @@ class PartialVerdicts:
             i, j = offsets.get(char_bytes[s]), offsets.get(char_bytes[e])
             if i is None or j is None:
                 return None  # a token of seq crosses a pre-token boundary
-            if seq[i:j] != self.tok.encode_word(data[char_bytes[s] : char_bytes[e]]):
+            if not self._encodes_word(seq[i:j], data[char_bytes[s] : char_bytes[e]]):
                 return None
         return offsets.get(char_bytes[shape.start])
 
-    def _bpe(self, toks: tuple[int, ...]) -> tuple[int, ...]:
-        """Plain BPE (no ignore_merges) of the bytes of ``toks``."""
-        return self.tok._bpe_cached(b"".join(self.tok.token_bytes[t] or b"" for t in toks))
+    def _encodes_word(self, toks: tuple[int, ...], word: bytes) -> bool:
+        """``tok.encode_word(word) == toks`` for tokens that spell ``word``, without BPE."""
+        if self._whole(word):
+            return toks == (self.tok.bytes_to_id[word],)
+        return self._canonical(toks)
+
+    def _canonical(self, toks: tuple[int, ...]) -> bool:
+        """Is ``toks`` the BPE of its bytes? By the pairwise theorem: iff its first token
+        is reachable and every adjacent pair is valid (pair verdicts are remembered)."""
+        if not toks or not self.tok.reachable[toks[0]]:
+            return False
+        valid = self.e.validity.pair_valid
+        return all(valid(a, b) for a, b in itertools.pairwise(toks))
+
+    def _whole(self, word: bytes) -> bool:
+        """Would ignore_merges encode the pre-token ``word`` as one token?"""
+        return self.tok.ignore_merges and word in self.tok.bytes_to_id
 
     def _not_all_whole(
         self,

@@ -198,7 +198,7 @@ class Engine:
         self._canonical: OrderedDict[tuple[tuple[int, ...], bytes], bool] = OrderedDict()
         self.canonical_cache_size = 1 << 16
         self._ends_at: list[tuple[bytes, np.ndarray]] | None = None
-        # verdicts inside a character from pre-tokens and pairs (False: encode, the oracle)
+        # verdicts from pre-token shapes and pair validity (False: encode, the tests' oracle)
         self.partial_fast = True
         self._partial: PartialVerdicts | None = None
 
@@ -472,7 +472,7 @@ class Engine:
             text, partial = split_utf8(data)
         except PrefixError:
             return False
-        fast = self.partial_verdicts() if partial and self.partial_fast else None
+        fast = self.partial_verdicts() if self.partial_fast else None
         if fast is not None:
             return fast.decide(seq, text, partial)
         if partial:
@@ -488,8 +488,8 @@ class Engine:
         return False
 
     def partial_verdicts(self) -> PartialVerdicts | None:
-        """The encoding-free verdicts for data that ends inside a character (built on
-        first use); None where encoding is more than pre-tokens then BPE of each (a
+        """The encoding-free verdicts of :meth:`_encodes_with` (built on first use);
+        None where encoding is more than pre-tokens then BPE of each (a
         normalizer may rewrite text, non-special added text is matched first)."""
         if self.tok.normalize is not None or self.tok.added_text:
             return None
