@@ -55,6 +55,17 @@ class ByteFacts:
 
     starts: np.ndarray
     bridges: tuple[tuple[bytes, bytes], ...]
+    _heads: dict[bytes, tuple[bytes, ...]] = field(default_factory=dict, compare=False)
+
+    def heads_for(self, ending: bytes) -> tuple[bytes, ...]:
+        """The distinct ``u`` of bridges ``u + v`` with ``v`` a prefix of ``ending``
+        (kept per ending: every partial character asks about the same few endings)."""
+        got = self._heads.get(ending)
+        if got is None:
+            got = self._heads[ending] = tuple(
+                sorted({u for u, v in self.bridges if ending.startswith(v)})
+            )
+        return got
 
     @classmethod
     def of(cls, tok: BPETokenizer) -> ByteFacts:
@@ -154,8 +165,8 @@ def _may_bridge(facts: ByteFacts, rests: np.ndarray, ending: bytes) -> np.ndarra
     ending) is BPE(rest) + BPE(ending)."""
     width = rests.shape[1]
     hit = np.zeros(len(rests), dtype=bool)
-    for u, v in facts.bridges:
-        if len(u) <= width and ending.startswith(v):
+    for u in facts.heads_for(ending):
+        if len(u) <= width:
             tail = np.frombuffer(u, dtype=np.uint8)
             hit |= (rests[:, width - len(u) :] == tail).all(axis=1)
     return np.flatnonzero(hit)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import regex
@@ -43,6 +43,9 @@ from .pretok import END, ClassMachine, UnsupportedPattern, signature_groups
 from .tokenizer import BPETokenizer, cache_root, load_tokenizer
 from .validity import Validity
 
+if TYPE_CHECKING:
+    from .partial_leaves import PartialVerdicts
+
 # fmt: off
 PROBES: tuple[str, ...] = (
     "", " ", "a", "A", "0", ".", "\n", "'", "(", "中", "\t", "_", " a", "é", "\x00",
@@ -56,6 +59,9 @@ PROBE_ENDINGS: tuple[bytes, ...] = tuple(
 )
 ENDING_INDEX: dict[bytes, int] = {e: k for k, e in enumerate(PROBE_ENDINGS)}
 SHORT_PROBES: tuple[str, ...] = ("",)  # after 4 known characters the splits inside them are fixed
+# completions kept per engine: a tree that ends inside a character asks about ~64 new
+# partials (one per continuation byte); most are 64 characters (a few kB each)
+COMPLETIONS_MEMO_SIZE = 1024
 CONTINUES_MEMO_SIZE = 1 << 15  # remembered LeafTables.continues verdicts (~250 bytes each)
 HYPS_MEMO_CHARS = 64  # regions up to this many characters keep their hypotheses by shape
 HYPS_MEMO_SIZE = 1 << 14  # shapes kept (a few hundred bytes each)
@@ -199,6 +205,9 @@ class Engine:
         self._ends_at: tuple[list[bytes], np.ndarray, int] | None = None  # _ending_runs
         # region shape -> its probe hypotheses (_TailBuilder._probe_hyps)
         self._hyps_memo: dict[tuple, tuple[Hyp, ...]] = {}
+        # verdicts from pre-token shapes and pair validity (False: encode, the tests' oracle)
+        self.partial_fast = True
+        self._partial: PartialVerdicts | None = None
 
     def char_class(self, ch: str) -> int:
         cid = self._class_ids.get(ch)
@@ -306,7 +315,7 @@ class Engine:
             self._facts = ByteFacts.of(self.tok)
         got = build_completions(self.tok, self._facts, partial, PROBE_ENDINGS)
         self._completions[partial] = got
-        if len(self._completions) > 64:
+        if len(self._completions) > COMPLETIONS_MEMO_SIZE:
             self._completions.popitem(last=False)
         return got
 
@@ -477,6 +486,9 @@ class Engine:
             text, partial = split_utf8(data)
         except PrefixError:
             return False
+        fast = self.partial_verdicts() if self.partial_fast else None
+        if fast is not None:
+            return fast.decide(seq, text, partial)
         if partial:
             before = data[: len(data) - len(partial)]
             heads = [text + c for c in self.witness_chars(before, partial, seq[-1])]
@@ -488,6 +500,18 @@ class Engine:
                 if tuple(self.tok.encode(head + probe)[:n]) == seq:
                     return True
         return False
+
+    def partial_verdicts(self) -> PartialVerdicts | None:
+        """The encoding-free verdicts of :meth:`_encodes_with` (built on first use);
+        None where encoding is more than pre-tokens then BPE of each (a
+        normalizer may rewrite text, non-special added text is matched first)."""
+        if self.tok.normalize is not None or self.tok.added_text:
+            return None
+        if self._partial is None:
+            from .partial_leaves import PartialVerdicts
+
+            self._partial = PartialVerdicts(self)
+        return self._partial
 
     def _ending_runs(self, lo: int, hi: int) -> list[tuple[bytes, list[int]]]:
         """Per non-empty probe ending: the positions in ``sorted_bytes[lo:hi]`` of tokens
