@@ -76,3 +76,7 @@ bench-default-model:  ## shipped model: next-character accuracy at 500 mid-ident
 .PHONY: bench-tree-overhead
 bench-tree-overhead:  ## issue 3: inference tokens per prompt-boundary solve over plain BPE, per tokenizer (1000 windows)
 	$(PY) benchmarks/bench_tree_overhead.py
+
+.PHONY: bench-tree-replay
+bench-tree-replay:  ## covering-tree build times: typed code (shipped tokenizer), trees inside characters with and without encoding (llama3)
+	$(PY) benchmarks/bench_tree_replay.py

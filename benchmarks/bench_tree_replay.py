@@ -1,0 +1,116 @@
+"""Covering-tree build times on replayed typing, the figures behind the tree-builder notes.
+
+1. Typed code: the first --code-bytes bytes of the held-out ``contextlib.py`` pushed one byte
+   at a time into a VCT on the shipped tokenizer, the tree built after every byte (what the
+   language server does per keystroke): mean, p95 and p99 per key, and how many keys built a
+   new tree (the rest come from the engine's tail cache).
+2. Inside characters: a fixed mix of code, CJK, emoji and accented text (--mixed-bytes bytes)
+   pushed the same way on the llama3 tokenizer, trees ending inside a character timed apart
+   from the others, with the encoding-free verdicts (engine/partial_leaves.py) and with the
+   encoding path they replace (``Engine.partial_fast = False``), each on a fresh engine,
+   interleaved byte by byte; the trees of both are compared.
+
+    python benchmarks/bench_tree_replay.py [--code-bytes 3000] [--mixed-bytes 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from midword.engine.tokenizer import load_tokenizer  # noqa: E402
+from midword.engine.vct import VCT, Engine, load_engine, split_utf8  # noqa: E402
+
+from tests.conftest import tokenizer_path  # noqa: E402
+
+PIECES = [
+    "中文字符",
+    "é",
+    "ü",
+    "🙂👍",
+    " ",
+    "    ",
+    "\n",
+    "x = 1",
+    "def f(a):",
+    "Ünïcode",
+    "ñ",
+    "—",
+]
+
+
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:.3f} ms"
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _tree_after(vct: VCT, b: int) -> tuple[float, bool, tuple]:
+    """Push one byte; (seconds to build the tree, ends inside a character, the tree)."""
+    vct.push(b)
+    started = time.perf_counter()
+    tree = vct.tree()
+    seconds = time.perf_counter() - started
+    inside = bool(split_utf8(vct.prefix[vct.settled :])[1])
+    return seconds, inside, (tuple(tree.trunk), [(n.path, n.leaves.tolist()) for n in tree.nodes])
+
+
+def typed_code(nbytes: int) -> None:
+    source = Path(sysconfig.get_paths()["stdlib"]) / "contextlib.py"
+    data = "\n".join(source.read_text().split("\n")[:300]).encode()[:nbytes]
+    vct = VCT(load_engine(str(ROOT / "models" / "default")))
+    times = [_tree_after(vct, b)[0] for b in data]
+    built = sum(1 for s in times if s > 50e-6)
+    print(f"1. typed code, shipped tokenizer: {len(times)} keys, about {built} built a new tree")
+    print(
+        f"   tree per key: mean {_ms(statistics.mean(times))}, p95 {_ms(_quantile(times, 0.95))}, "
+        f"p99 {_ms(_quantile(times, 0.99))}"
+    )
+
+
+def inside_characters(nbytes: int) -> None:
+    rng = random.Random(5)
+    data = "".join(rng.choice(PIECES) for _ in range(nbytes)).encode()[:nbytes]
+    vcts = {}
+    for fast in (True, False):
+        engine = Engine(load_tokenizer(str(tokenizer_path("llama3"))))  # fresh caches each
+        engine.partial_fast = fast
+        vcts[fast] = VCT(engine)
+    runs: dict[bool, list[tuple[float, bool, tuple]]] = {True: [], False: []}
+    for i, b in enumerate(data):  # byte by byte, the order alternating: neither runs colder
+        for fast in (True, False) if i % 2 else (False, True):
+            runs[fast].append(_tree_after(vcts[fast], b))
+    same = all(a[2] == b[2] for a, b in zip(runs[True], runs[False], strict=True))
+    print(f"\n2. mixed text, llama3 tokenizer: {len(data)} bytes, trees identical: {same}")
+    for fast, rows in runs.items():
+        inside = [s for s, mid, _ in rows if mid]
+        other = [s for s, mid, _ in rows if not mid]
+        name = "encoding-free verdicts" if fast else "encoding (partial_fast=False)"
+        print(
+            f"   {name:30s} inside a character: {len(inside)} trees, "
+            f"mean {_ms(statistics.mean(inside))}; others: mean {_ms(statistics.mean(other))}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--code-bytes", type=int, default=3000)
+    parser.add_argument("--mixed-bytes", type=int, default=600)
+    args = parser.parse_args()
+    typed_code(args.code_bytes)
+    inside_characters(args.mixed_bytes)
+
+
+if __name__ == "__main__":
+    main()
