@@ -69,6 +69,8 @@ class PartialVerdicts:
         self.tok = engine.tok
         self._shapes: OrderedDict[tuple[str, tuple[bool, ...]], tuple[Shape, ...]] = OrderedDict()
         self._signatures: dict[str, tuple[bool, ...]] = {}
+        # (text, class) answered once by encoding: the next question about it splits it
+        self._encoded_once: set[tuple[str, tuple[bool, ...]]] = set()
 
     def decide(self, seq: tuple[int, ...], text: str, partial: bytes) -> bool:
         """Does ``text + c + y`` encode to tokens starting with ``seq`` for some
@@ -109,10 +111,16 @@ class PartialVerdicts:
         if not text:
             return not seq
         head = text[:-1]
-        fresh = (head, self._signature(text[-1])) not in self._shapes
-        # a text not split yet (26 regex runs): one encode answers most questions
-        if fresh and tuple(self.tok.encode(text)[: len(seq)]) == seq:
-            return True
+        key = (head, self._signature(text[-1]))
+        # a text asked about once (one check in a tree): one encode answers most questions,
+        # cheaper than splitting it 26 times; a text asked about again (a tree inside a
+        # character asks about every token that completes it) is split once and shared
+        if key not in self._shapes and key not in self._encoded_once:
+            if len(self._encoded_once) >= SHAPES_MEMO_SIZE:
+                self._encoded_once.clear()
+            self._encoded_once.add(key)
+            if tuple(self.tok.encode(text)[: len(seq)]) == seq:
+                return True
         offsets = self._seq_offsets(seq)
         data = text.encode("utf-8")
         char_bytes = _char_byte_offsets(text)

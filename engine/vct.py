@@ -186,6 +186,7 @@ class Engine:
         self.is_added = added
         self._facts: ByteFacts | None = None
         self._completions: OrderedDict[bytes, Completions] = OrderedDict()
+        self._continuing: dict[int, np.ndarray] = {}  # missing bytes -> `continuing`
         self._char_words: tuple[list[bytes], list[list[bytes]]] | None = None
         self.machine = _class_machine(tok)
         self.tail_ok, self.whole_ok, irregular = self._token_tables()
@@ -465,6 +466,23 @@ class Engine:
         )
         return got
 
+    def continuing(self, partial: bytes) -> np.ndarray:
+        """Tokens (sorted by bytes) that may follow the partial character ``partial``
+        in valid UTF-8: they start with as many continuation bytes as it lacks, or are
+        fewer continuation bytes and nothing else. Any other token makes invalid text,
+        which no covering sequence spells; a few kept ones do too (overlong forms: the
+        exact check rejects them)."""
+        missing = utf8_length(partial[0]) - len(partial)
+        got = self._continuing.get(missing)
+        if got is None:
+            # tokens starting with a continuation byte: one run of the sorted vocabulary
+            lo, hi = self.token_range(b"\x80")[0], self.token_range(b"\xbf")[1]
+            runs = np.array([_continuation_run(b) for b in self._sorted_keys[lo:hi]])
+            lengths = self.sorted_len[lo:hi]
+            keep = runs == np.minimum(lengths, missing)
+            got = self._continuing[missing] = self.sorted_ids[lo:hi][keep]
+        return got
+
     def extends_canonically(self, seq: tuple[int, ...], data: bytes) -> bool:
         """Does some probed text that starts with ``data`` encode to tokens starting with
         ``seq``? A pure function of its arguments, so answers are kept (LRU): a node's
@@ -577,6 +595,14 @@ def split_utf8(data: bytes) -> tuple[str, bytes]:
         raise PrefixError(f"prefix is not valid UTF-8 at byte {exc.start}") from exc
     partial = dec.getstate()[0]
     return text, partial
+
+
+def _continuation_run(data: bytes) -> int:
+    """How many continuation bytes (0x80-0xBF) ``data`` starts with."""
+    n = 0
+    while n < len(data) and 0x80 <= data[n] < 0xC0:
+        n += 1
+    return n
 
 
 def _split_lenient(data: bytes) -> tuple[str, bytes]:
@@ -1090,9 +1116,7 @@ class _TailBuilder:
 
     def _end_children(self, node: _Node) -> list[int] | np.ndarray:
         if self.partial:  # only tokens that go on with the open character
-            # tokens starting with a continuation byte: one run of the sorted vocabulary
-            lo, hi = self.e.token_range(b"\x80")[0], self.e.token_range(b"\xbf")[1]
-            return self._exact_leaves(node, self.e.sorted_ids[lo:hi].tolist(), 0)
+            return self._exact_leaves(node, self.e.continuing(self.partial).tolist(), 0)
         got = self._table_leaves(node, None)
         if got is not None:
             return got
@@ -1669,14 +1693,30 @@ class LeafTables:
             rec[:k][dm[cur, col]] = i
             st[:k] = dt[cur, col]
         alive = np.flatnonzero(st != ClassMachine.DEAD)
+        # A probe's run depends only on the state a row's text leaves, and rows share a
+        # few dozen states at most: run each probe once per state, then look it up.
+        states, which = np.unique(st[alive], return_inverse=True)
+        last = self._probe_ends(dt, dm, states.tolist())  # [S, Y]: -1 or the last end
+        base = self.row_len[alive].astype(np.int32)
         out = []
-        for ycls in self.probe_cls:
-            r, s, base = rec.copy(), st[alive], self.row_len[alive].astype(np.int32)
-            for q, c in enumerate([*ycls, END]):
-                hit = dm[s, c]
-                r[alive[hit]] = base[hit] + q
-                s = dt[s, c]
+        for y in range(len(self.probe_cls)):
+            r, q = rec.copy(), last[which, y]
+            hit = q >= 0
+            r[alive[hit]] = base[hit] + q[hit]
             out.append(r)
+        return out
+
+    def _probe_ends(self, dt: np.ndarray, dm: np.ndarray, states: list[int]) -> np.ndarray:
+        """[S, Y] int32: from each state, the probe character after which the attempt
+        last ends while scanning probe y then END (-1: it never ends there)."""
+        out = np.full((len(states), len(self.probe_cls)), -1, dtype=np.int32)
+        for i, state in enumerate(states):
+            for y, ycls in enumerate(self.probe_cls):
+                s = state
+                for q, c in enumerate([*ycls, END]):
+                    if dm[s, c]:
+                        out[i, y] = q
+                    s = int(dt[s, c])
         return out
 
     def _fresh_masks(self) -> list[np.ndarray]:

@@ -269,3 +269,49 @@ def test_hypotheses_kept_by_shape_equal_fresh_ones(name: str) -> None:
         engine._hyps_memo.clear()
         assert kept == _TailBuilder(engine, second)._probe_hyps(), (piece, twin, cut)
     assert swapped > 100  # the twins really are other texts
+
+
+def test_leaf_table_runs_equal_the_scalar_machine(engine: Engine) -> None:
+    """`LeafTables.run` (rows grouped by the state their text leaves, each probe run once
+    per state) gives, for sampled rows and every probe, where the scalar class machine
+    ends the attempt over the row's classes then the probe's."""
+    from midword.engine.pretok import ClassMachine
+
+    tables = engine.tables
+    assert tables is not None
+    rng = random.Random(3)
+    # the states the region's text can leave: every state the machine reaches
+    tables._dense(ClassMachine.INIT)
+    states = sorted(s for s in tables._dense_seen if s != ClassMachine.DEAD)
+    rows = rng.sample(range(len(tables.row_tok)), 200)
+    rows += np.flatnonzero(tables.row_partial)[:20].tolist()  # rows ending inside a character
+    for state in rng.sample(states, min(6, len(states))):
+        got = tables.run(state)
+        for row in rows:
+            classes = [int(tables.cols[i][row]) for i in range(int(tables.row_len[row]))]
+            for y, probe in enumerate(tables.probe_cls):
+                want = tables._scalar_end(state, classes + list(probe))
+                assert got[y][row] == want, (state, row, y)
+
+
+def test_tokens_after_a_partial_character_keep_the_valid_ones(engine: Engine) -> None:
+    """`Engine.continuing` drops only tokens that make invalid UTF-8 after the partial
+    character, and keeps each token that starts with a continuation byte and makes valid
+    UTF-8 (so far): it may keep a few invalid ones (overlong forms), which the exact check
+    after it rejects."""
+    from midword.engine.vct import PrefixError, split_utf8
+
+    starting = [
+        i for i, b in enumerate(engine.tok.token_bytes) if b is not None and 0x80 <= b[0] < 0xC0
+    ]
+    for partial in [b"\xc3", b"\xe4", b"\xe4\xb8", b"\xf0", b"\xf0\x9f", b"\xf0\x9f\x98"]:
+        valid = set()
+        for t in starting:
+            try:
+                split_utf8(b"a" + partial + engine.tok.token_bytes[t])
+            except PrefixError:
+                continue
+            valid.add(t)
+        got = engine.continuing(partial).tolist()
+        assert len(got) == len(set(got)) and valid <= set(got), partial
+        assert len(got) < len(starting), partial  # it does drop some
