@@ -1682,34 +1682,35 @@ class LeafTables:
         return self._dt, self._dm
 
     def run(self, state: int) -> list[np.ndarray]:
-        """Per probe y, for every row: where the attempt in ``state`` ends, in characters
-        from the row's start (-1: it ends before, inside the region)."""
+        """Per probe y, for every row (int16): where the attempt in ``state`` ends, in
+        characters from the row's start (-1: it ends before, inside the region)."""
         dt, dm = self._dense(state)
         st = np.full(len(self.row_tok), state, dtype=np.int32)
-        rec = np.full(len(self.row_tok), -1, dtype=np.int32)
+        rec = np.full(len(self.row_tok), -1, dtype=np.int16)
         for i, col in enumerate(self.cols):
             k = len(col)
             cur = st[:k]
             rec[:k][dm[cur, col]] = i
             st[:k] = dt[cur, col]
-        alive = np.flatnonzero(st != ClassMachine.DEAD)
         # A probe's run depends only on the state a row's text leaves, and rows share a
         # few dozen states at most: run each probe once per state, then look it up.
-        states, which = np.unique(st[alive], return_inverse=True)
-        last = self._probe_ends(dt, dm, states.tolist())  # [S, Y]: -1 or the last end
-        base = self.row_len[alive].astype(np.int32)
-        out = []
+        live = [s for s in np.flatnonzero(np.bincount(st)).tolist() if s != ClassMachine.DEAD]
+        ends = np.full((len(self.probe_cls), dt.shape[0]), -1, dtype=np.int16)  # [Y, states]
+        if live:
+            ends[:, live] = self._probe_ends(dt, dm, live).T
+        out, made = [], {}  # probes of one class sequence get one (shared, read-only) array
         for y in range(len(self.probe_cls)):
-            r, q = rec.copy(), last[which, y]
-            hit = q >= 0
-            r[alive[hit]] = base[hit] + q[hit]
-            out.append(r)
+            key = ends[y].tobytes()
+            if key not in made:
+                q = ends[y].take(st)  # [rows]: -1, or the probe character it ends after
+                made[key] = rec if not (q >= 0).any() else np.where(q >= 0, self.row_len + q, rec)
+            out.append(made[key])
         return out
 
     def _probe_ends(self, dt: np.ndarray, dm: np.ndarray, states: list[int]) -> np.ndarray:
-        """[S, Y] int32: from each state, the probe character after which the attempt
+        """[S, Y] int16: from each state, the probe character after which the attempt
         last ends while scanning probe y then END (-1: it never ends there)."""
-        out = np.full((len(states), len(self.probe_cls)), -1, dtype=np.int32)
+        out = np.full((len(states), len(self.probe_cls)), -1, dtype=np.int16)
         for i, state in enumerate(states):
             for y, ycls in enumerate(self.probe_cls):
                 s = state
