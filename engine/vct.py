@@ -441,24 +441,22 @@ class Engine:
         hit = self._whole_cache.get(head)
         if hit is not None:
             return hit
-        out: dict[int, frozenset[bytes]] = {}
         lo, hi = self.token_range(head)
         keys, get, n = self._sorted_keys, self.tok.bytes_to_id.get, len(head)
+        if b"" in self.tok.bytes_to_id:  # an odd vocabulary: empty slices must find nothing
+            ids = self.tok.bytes_to_id
+            get = lambda b: ids.get(b) if b else None  # noqa: E731
+        # (comprehensions: a cold head like b"." has thousands of tokens in its range; an
+        # empty slice, where a token is no longer than the head, finds nothing)
         # ending b"" for every token in the range (one shared set: most T have no other)
-        for i in range(lo, hi):
-            word = keys[i]
-            if len(word) > n:
-                t = get(word[n:])
-                if t is not None:
-                    out[t] = ONLY_BARE
+        bare = [get(word[n:]) for word in keys[lo:hi]]
+        out: dict[int, frozenset[bytes]] = {t: ONLY_BARE for t in bare if t is not None}
         # the other endings only where a token in the range ends so
         for ext, where in self._ending_runs(lo, hi):
-            for i in where:
-                word = keys[i]
-                if len(word) - n > len(ext):
-                    t = get(word[n : len(word) - len(ext)])
-                    if t is not None:
-                        out[t] = out.get(t, frozenset()) | {ext}
+            cut = -len(ext)  # endings are not empty
+            for t in [get(keys[i][n:cut]) for i in where]:
+                if t is not None:
+                    out[t] = out.get(t, frozenset()) | {ext}
         if len(self._whole_cache) > 4096:
             self._whole_cache.clear()
         got = self._whole_cache[head] = WholeWords(
