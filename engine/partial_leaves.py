@@ -67,10 +67,10 @@ class PartialVerdicts:
     def __init__(self, engine: Engine) -> None:
         self.e = engine
         self.tok = engine.tok
-        self._shapes: OrderedDict[tuple[str, tuple[bool, ...]], tuple[Shape, ...]] = OrderedDict()
+        self._shapes: OrderedDict[tuple[object, object], tuple[Shape, ...]] = OrderedDict()
         self._signatures: dict[str, tuple[bool, ...]] = {}
         # (text, class) answered once by encoding: the next question about it splits it
-        self._encoded_once: set[tuple[str, tuple[bool, ...]]] = set()
+        self._encoded_once: set[tuple[object, object]] = set()
 
     def decide(self, seq: tuple[int, ...], text: str, partial: bytes) -> bool:
         """Does ``text + c + y`` encode to tokens starting with ``seq`` for some
@@ -111,7 +111,7 @@ class PartialVerdicts:
         if not text:
             return not seq
         head = text[:-1]
-        key = (head, self._signature(text[-1]))
+        key = self._shape_key(head, text[-1])
         # a text asked about once (one check in a tree): one encode answers most questions,
         # cheaper than splitting it 26 times; a text asked about again (a tree inside a
         # character asks about every token that completes it) is split once and shared
@@ -142,7 +142,7 @@ class PartialVerdicts:
     def shapes(self, text: str, rep: str) -> tuple[Shape, ...]:
         """The distinct :class:`Shape` of ``text + rep + y`` over the probes (kept per
         text and class: every completion of a class splits alike)."""
-        key = (text, self._signature(rep))
+        key = self._shape_key(text, rep)
         hit = self._shapes.get(key)
         if hit is not None:
             self._shapes.move_to_end(key)
@@ -160,6 +160,17 @@ class PartialVerdicts:
         if len(self._shapes) > SHAPES_MEMO_SIZE:
             self._shapes.popitem(last=False)
         return got
+
+    def _shape_key(self, text: str, rep: str) -> tuple[object, object]:
+        """What :meth:`shapes` depends on. Where the engine's class machine models the
+        pre-tokenizer, splits depend only on each character's class (shapes are in
+        characters), so texts of one class sequence share them: the tokens that go on
+        past a partial character (``b"\\x80 the"``, ``b"\\x80 and"``) ask about many such
+        texts. Elsewhere: the text itself and ``rep``'s class."""
+        machine = self.e.machine
+        if machine is not None:
+            return tuple(machine.classes(text)), machine.char_class(rep)
+        return text, self._signature(rep)
 
     def _signature(self, ch: str) -> tuple[bool, ...]:
         """``ch``'s answers to every character test of the pre-tokenizer's patterns: its

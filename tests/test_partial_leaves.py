@@ -234,3 +234,36 @@ def test_encodes_word_is_encode_word() -> None:
         want = tok.encode_word(word)
         for toks in {want, tok._bpe_cached(word), tuple(tok.byte_ids[b] for b in word)}:
             assert fast._encodes_word(toks, word) == (toks == want), (word, toks)
+
+
+@pytest.mark.parametrize("name", ["llama3", "gpt4o"])
+def test_shapes_kept_by_class_equal_fresh_ones(name: str) -> None:
+    """:meth:`PartialVerdicts.shapes` is kept by the classes of the text's characters and
+    of the open one: a text of the same classes built from other characters gets exactly
+    what splitting it afresh gives."""
+    from midword.engine.partial_leaves import PartialVerdicts
+
+    engine = load_engine(str(tokenizer_path(name)))
+    machine = engine.machine
+    assert machine is not None
+    texts = _texts(seed=13, count=40, length=30)
+    pool: dict[int, list[str]] = {}
+    for ch in set("".join(texts)):
+        pool.setdefault(machine.char_class(ch), []).append(ch)
+    rng = random.Random(17)
+    kept, swapped = PartialVerdicts(engine), 0
+    for _ in range(300):
+        text = rng.choice(texts)
+        piece = text[: rng.randrange(0, len(text))]
+        rep = rng.choice(text)
+        twin, twin_rep = (
+            "".join(rng.choice(pool[machine.char_class(c)]) for c in s) for s in (piece, rep)
+        )
+        swapped += twin != piece
+        kept.shapes(piece, rep)  # remembered by class
+        assert kept.shapes(twin, twin_rep) == PartialVerdicts(engine).shapes(twin, twin_rep)
+        other = rng.choice(
+            [c for cls, chars in pool.items() if cls != machine.char_class(rep) for c in chars[:3]]
+        )  # the open character counts too
+        assert kept.shapes(twin, other) == PartialVerdicts(engine).shapes(twin, other)
+    assert swapped > 100  # the twins really are other texts
