@@ -111,16 +111,27 @@ class Validity:
             return valid
         xs = self.right_spine(a)
         f = self.rank
+        partners, merge_ranks = [], []  # (p, r): p merges with x at rank r
         for i, x in enumerate(xs):
             fx, fx_next = f[x], (f[xs[i + 1]] if i + 1 < len(xs) else INF)
             lo, hi = self.part_ptr[x], self.part_ptr[x + 1]
             syms, ranks = self.part_sym[lo:hi], self.part_rank[lo:hi]
             keep = (ranks > fx) & (ranks < fx_next) & (f[syms] < ranks)
-            for p, r in zip(syms[keep].tolist(), ranks[keep].tolist(), strict=True):
-                plo, phi = self.inv_ptr[p], self.inv_ptr[p + 1]
-                # entries of p's list are sorted by the rank of p's parent in b's left spine
-                cut = plo + int(np.searchsorted(self.inv_prank[plo:phi], r, side="left"))
-                valid[self.inv_tok[cut:phi]] = False
+            partners.append(syms[keep])
+            merge_ranks.append(ranks[keep])
+        p, r = np.concatenate(partners), np.concatenate(merge_ranks)
+        if not len(p):
+            return valid
+        # every b whose left spine holds p with p's parent formed at rank >= r is invalid:
+        # the entries of p's list from the first such one to its end (lists are sorted by
+        # that rank), found for every p at once and gathered as one index array
+        cut = np.searchsorted(self._inv_key, p * self._inv_cap + r, side="left")
+        end = self.inv_ptr[p + 1]
+        lengths = np.maximum(end - cut, 0)
+        total = int(lengths.sum())
+        if total:
+            starts = np.repeat(cut - np.cumsum(lengths) + lengths, lengths)
+            valid[self.inv_tok[starts + np.arange(total)]] = False
         return valid
 
     def predecessors(self, b: int) -> np.ndarray:
@@ -164,6 +175,14 @@ class Validity:
     def _build_left_spine_index(self) -> None:
         """CSR: for each symbol p, tokens b whose left spine holds p, with f(parent of p)."""
         self.inv_tok, self.inv_prank, self.inv_ptr = self._spine_index(self.tok.left)
+        # one sorted key per entry, symbol then parent rank (INF capped above every real
+        # rank, which keeps the order and every comparison with a real rank), so one
+        # search finds the cut in every symbol's list at once
+        self._inv_cap = (
+            int(self.tok.size) + int(self.inv_prank[self.inv_prank < INF].max(initial=0)) + 1
+        )
+        sym = np.repeat(np.arange(len(self.inv_ptr) - 1, dtype=np.int64), np.diff(self.inv_ptr))
+        self._inv_key = sym * self._inv_cap + np.minimum(self.inv_prank, self._inv_cap - 1)
 
     def _build_right_spine_index(self) -> None:
         """CSR: for each symbol x, tokens a whose right spine holds x, with f(parent of x)."""

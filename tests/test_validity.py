@@ -7,7 +7,7 @@ import random
 import numpy as np
 from midword.engine.vct import load_engine
 
-from .conftest import tokenizer_path
+from .conftest import ROOT, tokenizer_path
 
 
 def _biased_pair(v, ids: np.ndarray, rng: random.Random) -> tuple[int, int]:
@@ -92,3 +92,18 @@ def test_remembered_pair_verdicts_equal_fresh_ones(monkeypatch) -> None:
         assert v.pair_valid(a, b) == fresh
         assert len(v._pairs) <= 64
     assert verdicts == {True, False}
+
+
+def test_whole_successor_masks_equal_pair_checks() -> None:
+    """Every entry of the successor masks (found for all of a token's merge partners at
+    once) equals the uncached pair check, over the shipped model's whole vocabulary and
+    for tokens with long right spines (the most partners) as well as random ones."""
+    eng = load_engine(str(ROOT / "models" / "default"))
+    tok, v = eng.tok, eng.validity
+    ids = np.flatnonzero(tok.reachable)
+    rng = random.Random(9)
+    deep = sorted(ids.tolist(), key=lambda a: -len(v.right_spine(a)))[:15]
+    for a in deep + rng.sample(list(ids), 15):
+        mask = v._compute_successors(int(a))
+        want = [v.pair_valid_uncached(int(a), b) for b in range(tok.size)]
+        assert mask.tolist() == want, a
