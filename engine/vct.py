@@ -198,8 +198,7 @@ class Engine:
         self.split_probes = _distinct_probes(self.machine)
         self._irregular_cached = irregular if self.tables is None else None
         self._head_keys: tuple | None = None
-        self._tails: OrderedDict[bytes, tuple] = OrderedDict()
-        self.tail_cache_size = 4096
+        self._tails = TailCache()
         self._whole_cache: dict[bytes, WholeWords] = {}
         self._canonical: OrderedDict[tuple[tuple[int, ...], bytes], bool] = OrderedDict()
         self.canonical_cache_size = 1 << 16
@@ -859,13 +858,63 @@ def build_tail(engine: Engine, region: bytes) -> tuple[tuple[int, ...], list[Tai
     """
     cached = engine._tails.get(region)
     if cached is not None:
-        engine._tails.move_to_end(region)
         return cached
     result = _TailBuilder(engine, region).run()
-    engine._tails[region] = result
-    if len(engine._tails) > engine.tail_cache_size:
-        engine._tails.popitem(last=False)
+    engine._tails.put(region, result)
     return result
+
+
+TAIL_CACHE_ENTRIES = 4096
+TAIL_CACHE_BYTES = 256 << 20  # leaf arrays kept at most (a llama3 tree's end node: 850 KB)
+
+
+class TailCache:
+    """Built tails by region (LRU), bounded by entries and by the bytes of their leaf
+    arrays: a node at the prefix end has almost the whole vocabulary as leaves, so with a
+    large vocabulary an entry count alone would let a long session keep gigabytes, and
+    memory that only grows is also slow to write (every new array faults in fresh pages).
+
+    Example:
+        >>> cache = TailCache(max_bytes=100)
+        >>> cache.put(b"ab", ((), [TailNode((1,), True, np.arange(10))]))  # 80 bytes
+        >>> cache.put(b"abc", ((), [TailNode((1,), True, np.arange(10))]))
+        >>> (cache.get(b"ab") is None, cache.get(b"abc") is not None, len(cache))
+        (True, True, 1)
+    """
+
+    def __init__(self, max_entries: int = TAIL_CACHE_ENTRIES, max_bytes: int = TAIL_CACHE_BYTES):
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._items: OrderedDict[bytes, tuple[tuple[tuple[int, ...], list[TailNode]], int]] = (
+            OrderedDict()
+        )
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, region: bytes) -> tuple[tuple[int, ...], list[TailNode]] | None:
+        hit = self._items.get(region)
+        if hit is None:
+            return None
+        self._items.move_to_end(region)
+        return hit[0]
+
+    def put(self, region: bytes, tail: tuple[tuple[int, ...], list[TailNode]]) -> None:
+        size = sum(node.leaves.nbytes for node in tail[1])
+        old = self._items.pop(region, None)
+        if old is not None:
+            self.nbytes -= old[1]
+        self._items[region] = (tail, size)
+        self.nbytes += size
+        while len(self._items) > 1 and (
+            len(self._items) > self.max_entries or self.nbytes > self.max_bytes
+        ):
+            _, (_, dropped) = self._items.popitem(last=False)
+            self.nbytes -= dropped
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.nbytes = 0
 
 
 @dataclass

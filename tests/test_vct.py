@@ -171,3 +171,35 @@ def test_bad_input() -> None:
     big.buf.extend(b"a" * MAX_PREFIX_BYTES)
     with pytest.raises(PrefixError, match="window"):
         big.push(ord("a"))
+
+
+def test_tail_cache_is_bounded_by_leaf_bytes() -> None:
+    """The engine's cache of built tails drops its least recently used entries once their
+    leaf arrays pass the byte budget (a large vocabulary's end nodes hold ~1 MB each), keeps
+    at least the newest, and its doctest runs."""
+    import doctest
+
+    import numpy as np
+    from midword.engine import vct
+    from midword.engine.vct import TailCache, TailNode
+
+    assert doctest.testmod(vct, optionflags=doctest.ELLIPSIS).failed == 0
+
+    def tail(n: int) -> tuple[tuple[int, ...], list[TailNode]]:
+        return (), [TailNode((), True, np.arange(n, dtype=np.int64))]
+
+    cache = TailCache(max_entries=10, max_bytes=8 * 100)
+    for k in range(5):
+        cache.put(bytes([k]), tail(30))  # 240 bytes each: three fit
+    assert len(cache) == 3 and cache.nbytes == 720
+    assert cache.get(b"\x00") is None and cache.get(b"\x02") is not None
+    cache.put(b"big", tail(1000))  # over the budget alone: kept, everything else dropped
+    assert len(cache) == 1 and cache.get(b"big") is not None
+    cache.clear()
+    assert len(cache) == 0 and cache.nbytes == 0
+    small = TailCache(max_entries=2, max_bytes=1 << 20)
+    for k in range(4):
+        small.put(bytes([k]), tail(1))
+    small.get(b"\x02")  # recently used: survives the next insert
+    small.put(b"\x09", tail(1))
+    assert small.get(b"\x02") is not None and small.get(b"\x03") is None
