@@ -71,6 +71,7 @@ class PartialVerdicts:
         self._signatures: dict[str, tuple[bool, ...]] = {}
         # (text, class) answered once by encoding: the next question about it splits it
         self._encoded_once: set[tuple[object, object]] = set()
+        self._classes: dict[str, tuple[int, ...]] = {}  # text -> its characters' classes
 
     def decide(self, seq: tuple[int, ...], text: str, partial: bytes) -> bool:
         """Does ``text + c + y`` encode to tokens starting with ``seq`` for some
@@ -168,9 +169,14 @@ class PartialVerdicts:
         past a partial character (``b"\\x80 the"``, ``b"\\x80 and"``) ask about many such
         texts. Elsewhere: the text itself and ``rep``'s class."""
         machine = self.e.machine
-        if machine is not None:
-            return tuple(machine.classes(text)), machine.char_class(rep)
-        return text, self._signature(rep)
+        if machine is None:
+            return text, self._signature(rep)
+        classes = self._classes.get(text)  # a tree asks about one text many times
+        if classes is None:
+            if len(self._classes) >= SHAPES_MEMO_SIZE:
+                self._classes.clear()
+            classes = self._classes[text] = tuple(machine.classes(text))
+        return classes, machine.char_class(rep)
 
     def _signature(self, ch: str) -> tuple[bool, ...]:
         """``ch``'s answers to every character test of the pre-tokenizer's patterns: its
