@@ -125,7 +125,7 @@ class PartialVerdicts:
         offsets = self._seq_offsets(seq)
         data = text.encode("utf-8")
         char_bytes = _char_byte_offsets(text)
-        for shape in self.shapes(head, text[-1]):
+        for shape in self.shapes(head, text[-1], key):
             i = self._open_start(seq, offsets, data, char_bytes, shape)
             if i is None:
                 continue
@@ -140,10 +140,13 @@ class PartialVerdicts:
         return False
 
     # ------------------------------------------------------------ pre-tokens
-    def shapes(self, text: str, rep: str) -> tuple[Shape, ...]:
+    def shapes(
+        self, text: str, rep: str, key: tuple[object, object] | None = None
+    ) -> tuple[Shape, ...]:
         """The distinct :class:`Shape` of ``text + rep + y`` over the probes (kept per
         text and class: every completion of a class splits alike)."""
-        key = self._shape_key(text, rep)
+        if key is None:  # (a caller that has it already passes `_shape_key(text, rep)`)
+            key = self._shape_key(text, rep)
         hit = self._shapes.get(key)
         if hit is not None:
             self._shapes.move_to_end(key)
@@ -167,7 +170,9 @@ class PartialVerdicts:
         pre-tokenizer, splits depend only on each character's class (shapes are in
         characters), so texts of one class sequence share them: the tokens that go on
         past a partial character (``b"\\x80 the"``, ``b"\\x80 and"``) ask about many such
-        texts. Elsewhere: the text itself and ``rep``'s class."""
+        texts (the machine numbers each distinct signature of the patterns' character
+        tests once, so its class ids never collide). Elsewhere: the text itself and
+        ``rep``'s class."""
         machine = self.e.machine
         if machine is None:
             return text, self._signature(rep)

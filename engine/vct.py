@@ -1744,28 +1744,26 @@ class LeafTables:
         live = [s for s in np.flatnonzero(np.bincount(st)).tolist() if s != ClassMachine.DEAD]
         ends = np.full((len(self.probe_cls), dt.shape[0]), -1, dtype=np.int16)  # [Y, states]
         if live:
-            ends[:, live] = self._probe_ends(dt, dm, live).T
+            ends[:, live] = self._probe_ends(live).T
+        rec.setflags(write=False)
         out, made = [], {}  # probes of one class sequence get one (shared, read-only) array
         for y in range(len(self.probe_cls)):
             key = ends[y].tobytes()
             if key not in made:
                 q = ends[y].take(st)  # [rows]: -1, or the probe character it ends after
-                made[key] = rec if not (q >= 0).any() else np.where(q >= 0, self.row_len + q, rec)
+                got = rec if not (q >= 0).any() else np.where(q >= 0, self.row_len + q, rec)
+                got.setflags(write=False)
+                made[key] = got
             out.append(made[key])
         return out
 
-    def _probe_ends(self, dt: np.ndarray, dm: np.ndarray, states: list[int]) -> np.ndarray:
-        """[S, Y] int16: from each state, the probe character after which the attempt
-        last ends while scanning probe y then END (-1: it never ends there)."""
-        out = np.full((len(states), len(self.probe_cls)), -1, dtype=np.int16)
-        for i, state in enumerate(states):
-            for y, ycls in enumerate(self.probe_cls):
-                s = state
-                for q, c in enumerate([*ycls, END]):
-                    if dm[s, c]:
-                        out[i, y] = q
-                    s = int(dt[s, c])
-        return out
+    def _probe_ends(self, states: list[int]) -> np.ndarray:
+        """[S, Y] int16: from each state, where the scalar machine last ends the attempt
+        while scanning probe y then END (-1: it never ends there)."""
+        return np.array(
+            [[self._scalar_end(st, list(ycls)) for ycls in self.probe_cls] for st in states],
+            dtype=np.int16,
+        ).reshape(len(states), len(self.probe_cls))
 
     def _fresh_masks(self) -> list[np.ndarray]:
         """Per probe: rows whose text, scanned from a split, stays one pre-token that
