@@ -23,13 +23,15 @@ from typing import Protocol
 import numpy as np
 
 from .backend import BackendError, ScoringModel
+from .lazy_pbp import LazyTree
 from .sampling import NEG_INF, ByteSampler, LeafSet, Transform, logsumexp, session_rows
-from .vct import Engine, split_utf8
+from .vct import Engine, Tree, split_utf8
 
 METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
 MODES = ("pbp", "bytes")
+SOLVES = ("lazy", "tree")
 
-__all__ = ["METHODS", "MODES", "Completer", "Completion", "Interrupted", "Settings"]
+__all__ = ["METHODS", "MODES", "SOLVES", "Completer", "Completion", "Interrupted", "Settings"]
 
 # Hooks for interactive callers (the language server):
 StopCheck = Callable[[], bool]  # True: abandon this completion now (raises Interrupted)
@@ -44,7 +46,13 @@ class Interrupted(Exception):
 class Settings:
     """How to complete. ``temperature=0`` is greedy; ``level`` says where the transform
     applies in byte mode ("token": on leaf log-probs before aggregation, "byte": on the
-    next-byte distribution); PBP mode always transforms at token level."""
+    next-byte distribution); PBP mode always transforms at token level.
+
+    ``solve`` says how PBP mode picks its leaf: "lazy" scores an internal node of the
+    covering tree only when the search enters it (fewest inference tokens; the leaf's
+    normalized log-prob is unknown, so ``leaf_logprob`` is None), "tree" scores the whole
+    tree in one call first. Both are exact; a tree already scored at this prefix (the
+    server scores it before a request's items) is always used as it is."""
 
     method: str = "bytesampler"
     mode: str = "pbp"
@@ -54,6 +62,7 @@ class Settings:
     top_k: int = 0
     top_p: float = 1.0
     level: str = "token"
+    solve: str = "lazy"
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
     # never end at an end-of-text event (fixed-length runs, like generate(min_new_tokens=n))
@@ -66,6 +75,8 @@ class Settings:
             )
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if self.solve not in SOLVES:
+            raise ValueError(f"unknown solve {self.solve!r}; expected one of {', '.join(SOLVES)}")
         if self.level not in ("token", "byte"):
             raise ValueError(f"unknown level {self.level!r}; expected token or byte")
         if self.max_tokens < 1:
@@ -269,16 +280,12 @@ class Completer:
         self.sampler.reset(prefix)
         out.before_step()  # the tree may take a while: honour a cancel before scoring it
         greedy = s.transform.is_greedy  # greedy: the single most likely leaf
-        leaf_set = self.leaf_set(Transform() if greedy else s.transform)
-        if not leaf_set.size:
-            raise BackendError("no token sequence covers this prefix")
-        weights = leaf_set.weights
-        if s.ignore_eos:  # end-of-text leaves are out: the text goes on
-            weights = np.where(np.isin(leaf_set.token, self._special_ids), NEG_INF, weights)
-        k = _pick(weights, greedy, rng)
-        leaf_lp = float(weights[k] - logsumexp(weights))
+        transform = Transform() if greedy else s.transform
         tree = self.sampler.vct.tree()
-        seq = leaf_set.sequence(k)
+        if s.solve == "tree" or self._scored_at(prefix, transform):
+            seq, leaf_lp = self._pick_leaf(self.leaf_set(transform), s, greedy, rng)
+        else:
+            seq, leaf_lp = self._lazy_leaf(tree, transform, s, greedy, rng, out), None
         if seq[-1] in self._special:
             out.reason = "eos"
             return out.result(leaf_lp, 1, started)
@@ -286,6 +293,37 @@ class Completer:
             return out.result(leaf_lp, 1, started)
         tokens = self._generate(list(tree.trunk) + list(seq), s, rng, out, budget=s.max_tokens - 1)
         return out.result(leaf_lp, 1 + tokens, started)
+
+    def _scored_at(self, prefix: bytes, transform: Transform) -> bool:
+        kept = self._leaves
+        return kept is not None and kept[0] == prefix and kept[1] == transform
+
+    def _pick_leaf(
+        self, leaf_set: LeafSet, s: Settings, greedy: bool, rng: Draws
+    ) -> tuple[tuple[int, ...], float]:
+        """(leaf sequence, its log-prob among all leaves) from the whole scored tree."""
+        if not leaf_set.size:
+            raise BackendError("no token sequence covers this prefix")
+        weights = leaf_set.weights
+        if s.ignore_eos:  # end-of-text leaves are out: the text goes on
+            weights = np.where(np.isin(leaf_set.token, self._special_ids), NEG_INF, weights)
+        k = _pick(weights, greedy, rng)
+        return leaf_set.sequence(k), float(weights[k] - logsumexp(weights))
+
+    def _lazy_leaf(
+        self, tree: Tree, transform: Transform, s: Settings, greedy: bool, rng: Draws, out: _Output
+    ) -> tuple[int, ...]:
+        """The leaf chosen by a `LazyTree` over the session (nodes scored as entered)."""
+
+        def fetch(paths: list[tuple[int, ...]]) -> Sequence[np.ndarray]:
+            if out.should_stop is not None and out.should_stop():
+                raise Interrupted("completion interrupted")
+            return session_rows(self.session, tree.trunk, paths)
+
+        events = None if s.ignore_eos else self.sampler.event_ids  # as `leaf_set` has them
+        apply = None if transform.is_identity else transform.apply
+        lazy = LazyTree(tree, fetch, apply, events)
+        return (lazy.greedy() if greedy else lazy.sample(rng)).sequence
 
     def _generate(
         self, context: list[int], s: Settings, rng: Draws, out: _Output, budget: int

@@ -238,6 +238,11 @@ class ByteSampler:
 
     # ---------------------------------------------------------------- the prefix
     @property
+    def event_ids(self) -> np.ndarray:
+        """The special tokens that end the text: leaves of the node ``tree.complete``."""
+        return self._special
+
+    @property
     def prefix(self) -> bytes:
         return self.vct.prefix
 

@@ -8,6 +8,9 @@ PREFIX is '-'. --json prints one object (a public contract, kept stable):
 --method bytesampler (default) conditions exactly on the bytes; healing1/2/4
 (token healing) and naive are the baselines. --mode pbp samples one leaf of the
 Valid Covering Tree and then ordinary tokens; --mode bytes samples byte by byte.
+In PBP mode --solve lazy (default) scores a node of the tree only when the leaf
+search enters it (fewest inference tokens; leaf_logprob is then null), --solve
+tree scores the whole tree first and reports leaf_logprob. Both are exact.
 
 --ensemble DIR ... [--weights W ...] [--combine mix|product] samples byte by byte
 from models whose tokenizers may differ (mix: weighted average of their
@@ -33,7 +36,7 @@ PROXY_WEIGHTS = (1.0, 1.0, -1.0)  # base + expert - anti-expert
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from midword.engine.generate import METHODS, MODES
+    from midword.engine.generate import METHODS, MODES, SOLVES
 
     parser.add_argument(
         "prefix", nargs="?", help="prefix text, or '-' to read raw bytes from stdin"
@@ -42,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--method", choices=METHODS, default="bytesampler")
     parser.add_argument("--mode", choices=MODES, help="pbp (default) or bytes (ensembles)")
+    parser.add_argument(
+        "--solve",
+        choices=SOLVES,
+        default="lazy",
+        help="PBP leaf search: lazy (default, fewest model tokens) or tree (whole tree, "
+        "reports leaf_logprob)",
+    )
     parser.add_argument("--max-tokens", type=int, default=48, help="token budget (default 48)")
     parser.add_argument("--max-bytes", type=int, default=0, help="byte budget in byte mode")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 means greedy")
@@ -121,6 +131,7 @@ def make_settings(args: argparse.Namespace, ensemble: bool) -> Any:
             top_k=args.top_k,
             top_p=args.top_p,
             level=args.level or ("byte" if ensemble else "token"),
+            solve=args.solve,
             seed=args.seed,
             stop=tuple(args.stop),
         )

@@ -30,12 +30,14 @@ def fake(engine):
     return FakeModel(engine.tok.size, seed=5, scale=1.0)
 
 
-def test_greedy_is_deterministic(engine, fake) -> None:
-    settings = Settings(max_tokens=6)
+@pytest.mark.parametrize("solve", ["lazy", "tree"])
+def test_greedy_is_deterministic(engine, fake, solve) -> None:
+    settings = Settings(max_tokens=6, solve=solve)
     first = Completer(fake, engine).complete(b"    self.assertEq", settings)
     again = Completer(fake, engine).complete(b"    self.assertEq", settings)
     assert first.text == again.text and first.tokens == again.tokens
-    assert first.leaf_logprob is not None and first.leaf_logprob <= 0
+    if solve == "tree":  # the lazy solve never sums the whole tree: no normalized log-prob
+        assert first.leaf_logprob is not None and first.leaf_logprob <= 0
 
 
 def test_identity_transform_changes_nothing() -> None:
@@ -62,8 +64,8 @@ def _chi_square_ok(counts: np.ndarray, probs: np.ndarray) -> bool:
     return stat < critical
 
 
-@pytest.mark.parametrize("mode", ["pbp", "bytes"])
-def test_first_byte_frequencies_match_exact_distribution(engine, fake, mode) -> None:
+@pytest.mark.parametrize(("mode", "solve"), [("pbp", "lazy"), ("pbp", "tree"), ("bytes", "lazy")])
+def test_first_byte_frequencies_match_exact_distribution(engine, fake, mode, solve) -> None:
     prefix = b"def pri"
     sampler = ByteSampler(fake, engine)
     sampler.reset(prefix)
@@ -72,7 +74,8 @@ def test_first_byte_frequencies_match_exact_distribution(engine, fake, mode) -> 
     counts = np.zeros(257)
     for seed in range(300):
         out = completer.complete(
-            prefix, Settings(mode=mode, temperature=1.0, max_tokens=1, max_bytes=1, seed=seed)
+            prefix,
+            Settings(mode=mode, temperature=1.0, max_tokens=1, max_bytes=1, seed=seed, solve=solve),
         )
         counts[out.data[0] if out.data else 256] += 1
     assert _chi_square_ok(counts, probs)
@@ -96,7 +99,13 @@ def test_stop_strings_cut_the_completion(engine, fake) -> None:
 
 
 def test_bad_settings_are_rejected() -> None:
-    for bad in ({"method": "beam"}, {"mode": "words"}, {"temperature": -1}, {"top_p": 0}):
+    for bad in (
+        {"method": "beam"},
+        {"mode": "words"},
+        {"temperature": -1},
+        {"top_p": 0},
+        {"solve": "all"},
+    ):
         with pytest.raises(ValueError):
             Settings(**bad)
 
@@ -108,11 +117,15 @@ def _run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
 
 
 def test_cli_json_contracts_on_the_shipped_model() -> None:
-    done = _run("complete", "--json", "--max-tokens", "4", "-", stdin=b"import o")
-    assert done.returncode == 0, done.stderr.decode()
-    out = json.loads(done.stdout)
-    assert set(out) == {"completion", "leaf_logprob", "tokens", "seconds"}
-    assert isinstance(out["completion"], str) and 1 <= out["tokens"] <= 4
+    for solve in ("lazy", "tree"):
+        done = _run(
+            "complete", "--json", "--max-tokens", "4", "--solve", solve, "-", stdin=b"import o"
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        out = json.loads(done.stdout)
+        assert set(out) == {"completion", "leaf_logprob", "tokens", "seconds"}
+        assert isinstance(out["completion"], str) and 1 <= out["tokens"] <= 4
+        assert (out["leaf_logprob"] is None) == (solve == "lazy")
     done = _run("next-bytes", "--json", "--dtype", "float64", "import o")
     assert done.returncode == 0, done.stderr.decode()
     nb = json.loads(done.stdout)
