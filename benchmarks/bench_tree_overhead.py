@@ -1,13 +1,21 @@
 """Issue 3's inference-token figure per tokenizer: tokens a prompt-boundary solve evaluates
 over plain BPE, on random 100-character windows of code (paper table 2; goal <= +0.8).
 
-Plain BPE evaluates 1 + len(encode(window)) tokens (BOS and the prompt). ByteSampler
-evaluates BOS, the trunk and one token per internal node of the Valid Covering Tree below
-the trunk (every node is scored in one tree-attention call on an empty cache). Both
-counts depend only on the tokenizer, so the six real tokenizers need no model: the count
-is read off the tree. A cross-check on the shipped default model compares this count with
-the inference tokens its backend session really reports (`midword bench overhead`'s
-measure) on the first --check windows and stops if they ever differ.
+Plain BPE evaluates 1 + len(encode(window)) tokens (BOS and the prompt) before it samples
+its first token. Two ByteSampler solves are counted:
+
+- tree: BOS, the trunk and one token per internal node of the Valid Covering Tree (the
+  whole tree in one tree-attention call: what the prefix probability, the next-byte
+  distribution and so each step of byte mode cost). It depends only on the tokenizer,
+  so it is read off the tree; a cross-check on the shipped model compares it with the
+  inference tokens its session really reports on the first --check windows.
+- lazy: PBP mode's default solve (engine/lazy_pbp.py), which scores an internal node
+  only when its leaf search enters it. It depends on the model, so it is measured: the
+  session's inference tokens of a real one-leaf PBP completion, sampled (temperature 1,
+  seed = window index) and greedy. Models: the shipped default model (trained), and for
+  every tokenizer a token bigram model counted from the shipped model's training split
+  of the standard library (midword/bench/bigram.py), a real if weak model of code; the
+  default tokenizer gets both, so the bigram can be compared with the trained model.
 
 The windows are `midword bench overhead`'s (same seed, same held-out stdlib files).
 
@@ -25,9 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from midword.engine.generate import Completer, Settings  # noqa: E402
 from midword.engine.vct import VCT, Engine, Tree, load_engine  # noqa: E402
 
 from midword.bench import data  # noqa: E402
+from midword.bench.bigram import BigramModel  # noqa: E402
 from midword.bench.overhead import make_window  # noqa: E402
 
 TOKENIZERS = ["llama3", "qwen3", "deepseek_v3", "gptoss", "gpt4o", "gpt35turbo"]
@@ -53,15 +63,50 @@ def overheads(engine: Engine, windows: list[str]) -> list[int]:
     return out
 
 
-def cross_check(windows: list[str]) -> int:
-    """The tree count against the default model's session count; returns windows checked."""
-    from midword.bench.overhead import Runner
+def lazy_overheads(completer: Completer, windows: list[str], temperature: float) -> list[int]:
+    """Inference tokens of one-leaf lazy PBP completions over plain BPE, per window."""
+    out = []
+    session = completer.session
+    for i, text in enumerate(windows):
+        session.reset()  # every solve starts from an empty cache, as plain BPE's count does
+        before = session.inference_tokens
+        settings = Settings(max_tokens=1, temperature=temperature, seed=i, solve="lazy")
+        completer.complete(text.encode("utf-8"), settings)
+        used = session.inference_tokens - before
+        out.append(used - (1 + len(completer.tok.encode(text))))
+    return out
+
+
+def load_shipped() -> tuple[object, Engine]:
     from midword.modelargs import load_model_and_engine
 
     args = argparse.Namespace(
         model=str(DEFAULT_MODEL), tokenizer=None, device="cpu", dtype="float32"
     )
-    model, engine = load_model_and_engine(args)
+    return load_model_and_engine(args)
+
+
+def training_texts() -> list[str]:
+    """The shipped model's training split of this interpreter's standard library."""
+    sys.path.insert(0, str(ROOT / "models"))
+    import train_default
+
+    return train_default.load_corpus(train_default.stdlib_root()).train_texts
+
+
+def bigram_for(engine: Engine, path: Path, texts: list[str]) -> BigramModel:
+    from tokenizers import Tokenizer
+
+    encoded = Tokenizer.from_file(str(path)).encode_batch(texts, add_special_tokens=False)
+    start = engine.tok.special_ids[0] if engine.tok.special_ids else 0
+    return BigramModel(engine.tok.size, [e.ids for e in encoded], start_id=int(start))
+
+
+def cross_check(windows: list[str]) -> int:
+    """The tree count against the default model's session count; returns windows checked."""
+    from midword.bench.overhead import Runner
+
+    model, engine = load_shipped()
     runner = Runner(model, engine)
     for text in windows:
         measured = runner.window(text)["overhead"]
@@ -69,6 +114,15 @@ def cross_check(windows: list[str]) -> int:
         if measured != counted:
             sys.exit(f"count mismatch on {text!r}: session {measured}, tree {counted}")
     return len(windows)
+
+
+def row(
+    name: str, model_name: str, tree: list[int], lazy: list[int], greedy: list[int], s: float
+) -> str:
+    return (
+        f"{name:12s} {model_name:8s} {len(tree):7d} {statistics.fmean(tree):+7.2f} "
+        f"{statistics.fmean(lazy):+7.2f} {max(lazy):+4d} {statistics.fmean(greedy):+7.2f} {s:6.1f}"
+    )
 
 
 def main() -> None:
@@ -84,18 +138,26 @@ def main() -> None:
     if args.check:
         n = cross_check(windows[: args.check])
         print(f"cross-check on the default model: {n} windows, tree count = session count")
-    print(f"{'tokenizer':12s} {'windows':>8s} {'mean':>7s} {'median':>7s} {'max':>5s} {'s':>6s}")
-    names = ["default", *args.tokenizers.split(",")]
-    for name in names:
-        path = DEFAULT_MODEL if name == "default" else tokenizer_file(name)
-        engine = load_engine(str(path))
+    texts = training_texts()
+    print("extra inference tokens per solve over plain BPE (mean; max of lazy samples)")
+    print(
+        f"{'tokenizer':12s} {'model':8s} {'windows':>7s} {'tree':>7s} {'lazy':>7s} {'max':>4s} "
+        f"{'greedy':>7s} {'s':>6s}"
+    )
+    for name in ["default", *args.tokenizers.split(",")]:
+        path = DEFAULT_MODEL / "tokenizer.json" if name == "default" else tokenizer_file(name)
         start = time.perf_counter()
-        extra = overheads(engine, windows)
-        print(
-            f"{name:12s} {len(extra):8d} {statistics.fmean(extra):+7.2f} "
-            f"{statistics.median(extra):+7.1f} {max(extra):+5d} {time.perf_counter() - start:6.1f}",
-            flush=True,
-        )
+        engine = load_engine(str(DEFAULT_MODEL if name == "default" else path))
+        tree = overheads(engine, windows)
+        models = [("trained", load_shipped()[0])] if name == "default" else []
+        models.append(("bigram", bigram_for(engine, path, texts)))
+        for model_name, model in models:
+            completer = Completer(model, engine)
+            lazy = lazy_overheads(completer, windows, temperature=1.0)
+            greedy = lazy_overheads(completer, windows, temperature=0.0)
+            print(
+                row(name, model_name, tree, lazy, greedy, time.perf_counter() - start), flush=True
+            )
 
 
 if __name__ == "__main__":

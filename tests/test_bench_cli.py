@@ -142,7 +142,11 @@ def test_overhead_smoke(text_dir: Path, tmp_path: Path) -> None:
         # The tree's trunk plus its internal nodes is never cheaper than plain BPE minus the
         # tokens it leaves open, and never absurdly more.
         assert -4 <= r["overhead"] <= 20, r
+        # the lazy solve scores at most the whole tree
+        assert r["lazy_tokens"] <= r["bytesampler_tokens"], r
+        assert r["lazy_overhead"] == r["lazy_tokens"] - r["plain_tokens"]
     summary = json.loads((out / "results.json").read_text())
+    assert summary["lazy_overhead"] == sum(r["lazy_overhead"] for r in windows) / 3
     assert set(summary["wall"]) == set(overhead.WALL_METHODS)
     assert summary["wall"]["normal"]["ratio"] == 1.0
     assert "paper table 2" in (out / "results.md").read_text()

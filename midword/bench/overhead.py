@@ -2,9 +2,12 @@
 
 1. Inference tokens per prompt-boundary solve: random windows of --window
    characters (default 100) from the text folder, so most end mid-word. Plain BPE
-   evaluates 1 + len(encode(window)) tokens; ByteSampler evaluates the trunk plus
-   the internal nodes of the Valid Covering Tree (one forward call, empty cache).
-   The difference is the overhead (the paper reports +0.72 for OLMo 2).
+   evaluates 1 + len(encode(window)) tokens; ByteSampler's whole-tree solve evaluates
+   the trunk plus the internal nodes of the Valid Covering Tree (one forward call,
+   empty cache): what the prefix probability and each byte-mode step cost. The
+   difference is the overhead (the paper reports +0.72 for OLMo 2). PBP mode's lazy
+   solve (the default: internal nodes scored only when its leaf search enters them)
+   is counted too, on a one-leaf PBP completion at temperature 1 (seed: the window).
 
 2. Wall clock for one fixed prompt (the first --prompt-bytes bytes of the longest
    text file), --runs runs each, temperature 1: normal sampling (tokenize, then
@@ -76,7 +79,7 @@ class Runner:
         self.sampler = ByteSampler(model, engine, track_prefix=False)
         self.completer = Completer(model, engine)
 
-    def window(self, text: str) -> dict[str, Any]:
+    def window(self, text: str, seed: int = 0) -> dict[str, Any]:
         session = self.sampler.session
         session.reset()
         before = int(session.inference_tokens)
@@ -86,13 +89,28 @@ class Runner:
         tree = self.sampler.vct.tree()
         plain = 1 + len(self.tok.encode(text))
         used = int(session.inference_tokens) - before
+        seconds = timer.seconds()
+        lazy = self.lazy_solve(text, seed)
         return {
             "plain_tokens": plain,
             "bytesampler_tokens": used,
             "overhead": used - plain,
             "tree_nodes": len(tree.nodes),
-            "seconds": round(timer.seconds(), 4),
+            "seconds": round(seconds, 4),
+            "lazy_tokens": lazy,
+            "lazy_overhead": lazy - plain,
         }
+
+    def lazy_solve(self, text: str, seed: int) -> int:
+        """Inference tokens of PBP mode's lazy solve of ``text`` (one leaf, empty cache)."""
+        from midword.engine.generate import Settings
+
+        session = self.completer.session
+        session.reset()
+        before = int(session.inference_tokens)
+        settings = Settings(max_tokens=1, temperature=1.0, seed=seed, solve="lazy")
+        self.completer.complete(text.encode("utf-8"), settings)
+        return int(session.inference_tokens) - before
 
     def wall(self, method: str, prompt: bytes, tokens: int, nbytes: int, seed: int) -> dict:
         from midword.engine.generate import Settings
@@ -151,7 +169,7 @@ def _do(
         kind, *rest = key.split("/")
         if kind == "window":
             text = make_window(docs, args.seed, int(rest[0]), args.window)
-            record = {"key": key, "kind": kind, **runner.window(text)}
+            record = {"key": key, "kind": kind, **runner.window(text, seed=int(rest[0]))}
         else:
             method, index = rest[0], int(rest[1])
             nbytes = _normal_bytes(rundir) if method == "bytes" else 0
@@ -175,6 +193,9 @@ def report(records: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     ours = common.mean([r["bytesampler_tokens"] for r in win])
     over = [r["overhead"] for r in win]
     se = common.std(over) / len(over) ** 0.5 if over else float("nan")
+    lazy_win = [r for r in win if "lazy_tokens" in r]  # records of older runs lack it
+    lazy_over = [r["lazy_overhead"] for r in lazy_win]
+    lazy_se = common.std(lazy_over) / len(lazy_over) ** 0.5 if lazy_over else float("nan")
     md = ["## Inference tokens per prompt-boundary solve (paper table 2)\n\n"]
     md.append(
         common.markdown_table(
@@ -182,11 +203,20 @@ def report(records: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             [
                 ["No mitigation (plain BPE)", len(win), common.fmt(plain, 2), "0", "-"],
                 [
-                    "ByteSampler",
+                    "ByteSampler, whole tree (prefix probability, byte mode)",
                     len(win),
                     common.fmt(ours, 2),
-                    f"+{common.fmt(common.mean(over), 2)} ± {common.fmt(se, 2)}",
+                    f"{common.mean(over):+.2f} ± {common.fmt(se, 2)}",
                     common.fmt(1000 * common.mean([r["seconds"] for r in win]), 1),
+                ],
+                [
+                    "ByteSampler PBP mode, lazy solve (sampled leaf)",
+                    len(lazy_win),
+                    common.fmt(common.mean([r["lazy_tokens"] for r in lazy_win]), 2),
+                    f"{common.mean(lazy_over):+.2f} ± {common.fmt(lazy_se, 2)}"
+                    if lazy_win
+                    else "-",
+                    "-",
                 ],
             ],
         )
@@ -218,8 +248,11 @@ def report(records: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         "bytesampler_tokens": ours,
         "overhead": common.mean(over),
         "overhead_se": se,
+        "lazy_overhead": common.mean(lazy_over) if lazy_over else None,
+        "lazy_overhead_se": lazy_se if lazy_over else None,
         "wall": wall,
         "overheads": over,
+        "lazy_overheads": lazy_over,
     }
     return "".join(md), summary
 
@@ -246,7 +279,10 @@ def _wall_stats(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _plot(rundir: common.RunDir, summary: dict[str, Any]) -> None:
     plots.histogram(
         rundir.path / "overhead_tokens.png",
-        {"ByteSampler - plain BPE": summary["overheads"]},
+        {
+            "whole tree - plain BPE": summary["overheads"],
+            "lazy PBP solve - plain BPE": summary["lazy_overheads"],
+        },
         "Extra inference tokens per prompt-boundary solve",
         "tokens",
         bins=20,
