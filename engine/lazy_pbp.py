@@ -23,10 +23,13 @@ Greedy is best-first search: a node's path log-probability bounds every leaf bel
 (log-probs are <= 0), so nodes are expanded from the likeliest while they can still
 beat the best leaf found; ties go to the leaf `LeafSet` lists first, as there.
 
->>> from midword.engine.backend import FakeModel                    # doctest: +SKIP
+>>> engine = load_engine("models/default")                             # doctest: +SKIP
+>>> vct = VCT(engine); vct.push_bytes(b"    self.assertEq"); tree = vct.tree()  # doctest: +SKIP
+>>> session = FakeModel(engine.tok.size).session(bos_id=0)             # doctest: +SKIP
 >>> lazy = LazyTree(tree, lambda paths: session.logprob_rows(tree.trunk, paths))  # doctest: +SKIP
->>> lazy.sample(np.random.default_rng(0)).sequence                  # doctest: +SKIP
-(1012,)
+>>> leaf = lazy.sample(np.random.default_rng(0))                       # doctest: +SKIP
+>>> engine.tok.decode(leaf.sequence), leaf.scored, len(tree.nodes)     # doctest: +SKIP
+(b'Equal', 2, 3)
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -48,7 +52,7 @@ NEG_INF = float("-inf")
 RowFetch = Callable[[list[TokenPath]], Sequence[np.ndarray]]
 
 
-class _Draws:
+class _Draws(Protocol):
     """What the sampler needs of a random generator (np.random.Generator has it)."""
 
     def random(self) -> float: ...
@@ -74,7 +78,6 @@ class _Scored:
     leaf_p: np.ndarray  # [L] float64 p(leaf | node)
     leaf_mass: float
     child_p: np.ndarray  # [C] float64 p(child token | node), children in `_children` order
-    row: np.ndarray  # [V] float64 (transformed) next-token log-probs
 
 
 class LazyTree:
@@ -192,9 +195,7 @@ class LazyTree:
         # the same sums, in the same order, as `_node_scores` (greedy ties agree with it)
         for c, lp in zip(self._children[i], child_lp, strict=True):
             self._node_lp[c] = self._node_lp[i] + lp
-        self._scored[i] = _Scored(
-            leaves, leaf_lp, leaf_p, float(leaf_p.sum()), np.exp(child_lp), row
-        )
+        self._scored[i] = _Scored(leaves, leaf_lp, leaf_p, float(leaf_p.sum()), np.exp(child_lp))
         self._tighten(i)
 
     def _tighten(self, i: int) -> None:
