@@ -209,3 +209,35 @@ def test_pbp_solves_honour_ignore_eos(engine, solve) -> None:
         for ignore in (False, True)
     }
     assert "eos" in reasons[False] and "eos" not in reasons[True]
+
+
+def test_lazy_solve_on_the_shipped_model_agrees_with_the_whole_tree(engine) -> None:
+    """Through the real backend (tree attention, nodes asked one call at a time): greedy
+    leaves equal, sampled leaves follow the exact leaf distribution of the scored tree."""
+    from midword.engine.hf_backend import load_hf_model
+
+    model = load_hf_model(str(ROOT / "models" / "default"), device="cpu", dtype="float64")
+    lazy, whole = Completer(model, engine), Completer(model, engine)
+    for prefix in (b"        ret", b"    self.assertEq", b"def pri", b"x = 12345"):
+        settings = Settings(max_tokens=1)
+        a = lazy.complete(prefix, settings)
+        b = whole.complete(prefix, Settings(max_tokens=1, solve="tree"))
+        assert a.data == b.data
+    prefix = b"        ret"
+    whole.sampler.reset(prefix)
+    leaf_set = whole.leaf_set()
+    rest = whole.sampler.vct.tree().rest
+    probs = np.exp(leaf_set.weights - leaf_set.weights.max())
+    exact: dict[bytes, float] = {}  # completion text -> probability (leaves with one text merged)
+    events = set(engine.tok.special_ids)
+    for k, p in enumerate(probs / probs.sum()):
+        ends = int(leaf_set.token[k]) in events  # an end-of-text leaf completes nothing
+        text = b"" if ends else engine.tok.decode(leaf_set.sequence(k))[rest:]
+        exact[text] = exact.get(text, 0.0) + float(p)
+    seeds = iter(range(10**6))
+
+    def draw() -> bytes:
+        settings = Settings(max_tokens=1, temperature=1.0, seed=next(seeds))
+        return lazy.complete(prefix, settings).data
+
+    assert frequencies_fit(exact, draw, 400)
