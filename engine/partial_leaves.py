@@ -28,8 +28,11 @@ playing ``c`` (the same question for the trees' other exact candidates). Pair ve
 are remembered by :class:`~midword.engine.validity.Validity`, so a verdict costs a few
 dictionary look-ups once the text's pre-token shapes are known.
 
-It applies where encoding is exactly "pre-tokens, then BPE of each": no normalizer and
-no non-special added text (those tokenizers keep the encoding path).
+It applies where encoding is exactly "pre-tokens, then BPE of each". Under an NFC
+normalizer or with non-special added text (qwen3, deepseek_v3) the engine asks it only
+about texts that NFC leaves as they are and that hold no added text, and only about the
+completions NFC leaves alone there (``Engine._verdicts_for``, ``Engine._nfc_kept``); the
+rest is encoded.
 """
 
 from __future__ import annotations
@@ -61,8 +64,7 @@ class Shape(NamedTuple):
 
 class PartialVerdicts:
     """:meth:`decide` is ``Engine._encodes_with`` for data that ends inside a character,
-    on tokenizers where encoding is pre-tokens then BPE (no normalizer, no non-special
-    added text: :meth:`Engine.partial_verdicts` is None elsewhere)."""
+    where encoding is pre-tokens then BPE (the engine checks that per question)."""
 
     def __init__(self, engine: Engine) -> None:
         self.e = engine
@@ -73,10 +75,12 @@ class PartialVerdicts:
         self._encoded_once: set[tuple[object, object]] = set()
         self._classes: dict[str, tuple[int, ...]] = {}  # text -> its characters' classes
 
-    def decide(self, seq: tuple[int, ...], text: str, partial: bytes) -> bool:
+    def decide(
+        self, seq: tuple[int, ...], text: str, partial: bytes, allowed: np.ndarray | None = None
+    ) -> bool:
         """Does ``text + c + y`` encode to tokens starting with ``seq`` for some
-        completion ``c`` of ``partial`` and some probe ``y``? (``seq`` covers exactly
-        ``text`` encoded plus ``partial``.)"""
+        completion ``c`` of ``partial`` (only those ``allowed`` marks, if given) and some
+        probe ``y``? (``seq`` covers exactly ``text`` encoded plus ``partial``.)"""
         if not partial:
             return self._decide_whole(seq, text)
         info = self.e.completions(partial)
@@ -99,6 +103,10 @@ class PartialVerdicts:
                     continue
                 if members is None:
                     members = np.flatnonzero(group == g)
+                    if allowed is not None:
+                        members = members[allowed[members]]
+                if not len(members):
+                    break  # no completion of this class is asked about
                 f = info.firsts(ENDING_INDEX[shape.ending])[members]
                 ok = members[succ[f]]
                 if len(ok) and self._not_all_whole(info, ok, data, char_bytes, shape):

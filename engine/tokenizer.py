@@ -69,6 +69,7 @@ class BPETokenizer:
         ignore_merges: bool,
         source: str,
         digest: str = "",
+        normal_form: str | None = None,
     ) -> None:
         self.token_bytes = token_bytes
         self.size = len(token_bytes)
@@ -77,6 +78,9 @@ class BPETokenizer:
         self.rank = rank
         self.pretokenizer = pretokenizer
         self.normalize = normalize
+        # "NFC" when the normalizer is Unicode NFC and nothing else (the encoding-free
+        # verdicts apply there to text NFC leaves alone); None otherwise
+        self.normal_form = normal_form if normalize is not None else None
         self.ignore_merges = ignore_merges
         self.source = source
         self.digest = digest  # content hash of the tokenizer file: key of derived on-disk caches
@@ -214,6 +218,7 @@ def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> B
         rank=rank,
         pretokenizer=parse_pretokenizer(spec.get("pre_tokenizer")),
         normalize=_parse_normalizer(spec.get("normalizer")),
+        normal_form=_single_form(spec.get("normalizer")),
         added=added,
         ignore_merges=bool(model.get("ignore_merges", False)),
         source=str(file),
@@ -367,6 +372,23 @@ def _reorder(left: np.ndarray, right: np.ndarray, orig: np.ndarray) -> np.ndarra
     for new, t in enumerate(sorted(key, key=lambda t: key[t])):
         rank[t] = new
     return rank
+
+
+def _single_form(spec: dict | None) -> str | None:
+    """The Unicode normal form when the normalizer is exactly one (possibly inside a
+    Sequence of one), else None.
+
+    >>> _single_form({"type": "Sequence", "normalizers": [{"type": "NFC"}]})
+    'NFC'
+    >>> _single_form({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]})
+    """
+    if not spec:
+        return None
+    if spec.get("type") == "Sequence":
+        parts = [p for p in spec.get("normalizers") or [] if p]
+        return _single_form(parts[0]) if len(parts) == 1 else None
+    kind = spec.get("type")
+    return kind if kind in ("NFC", "NFD", "NFKC", "NFKD") else None
 
 
 def _parse_normalizer(spec: dict | None) -> Callable[[str], str] | None:

@@ -24,7 +24,7 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -344,29 +344,55 @@ class Engine:
         completions whose first tokens it cannot precede are left out (they never
         encode so)."""
         info = self.completions(partial)
-        if len(info) <= 64:
-            picks = np.arange(len(info))
-        else:
-            picks = info.derived.get("witness")
-            if picks is None:
-                picks = info.derived["witness"] = self._witness_picks(info)
-            if self.tok.ignore_merges:
-                picks = np.union1d(picks, self._whole_word_chars(before, info))
+        safe = info.safe
+        if not safe.all():  # under NFC: the text before may make more of them safe
+            safe = self._safe_after(_nfc_tail(_last_chars(before, NFC_TAIL_CHARS)), info)
+        key = ("witness", safe.tobytes()) if safe is not info.safe else "witness"
+        picks = info.derived.get(key)
+        if picks is None:
+            picks = self._witness_picks(info, safe)
+            if len(info.derived) < 256:  # a few contexts per partial (see _safe_after)
+                info.derived[key] = picks
+        if self.tok.ignore_merges:
+            picks = np.union1d(picks, self._whole_word_chars(before, info))
         if last is not None:
             succ = self.validity.successors(last)
             columns = [info.first] + [info.firsts(k) for k in sorted(info.cross)]
             may = np.logical_or.reduce([succ[col[picks]] for col in columns])
-            picks = picks[may | ~info.safe[picks]]  # NFC may rewrite an unsafe one
+            picks = picks[may | ~safe[picks]]  # NFC may rewrite an unsafe one
         return [info.text[i] for i in picks.tolist()]
 
-    def _witness_picks(self, info: Completions) -> np.ndarray:
+    def _witness_picks(self, info: Completions, safe: np.ndarray) -> np.ndarray:
         group, _ = self._class_groups(info)
         cols = [group, info.first] + [info.firsts(k) for k in sorted(info.cross)]
         keys = np.stack(cols, axis=1)
-        safe = np.flatnonzero(info.safe)
-        _, first = np.unique(keys[safe], axis=0, return_index=True)
+        kept = np.flatnonzero(safe)
+        _, first = np.unique(keys[kept], axis=0, return_index=True)
         # NFC may change or merge an unsafe character: each one is tried as it is
-        return np.union1d(safe[first], np.flatnonzero(~info.safe))
+        return np.union1d(kept[first], np.flatnonzero(~safe))
+
+    def _safe_after(self, tail: str | None, info: Completions) -> np.ndarray:
+        """``info.safe`` widened by the text before the partial: a completion NFC could
+        merge with some predecessors but leaves alone after this one behaves as a safe one.
+
+        ``tail`` is that text from its last character NFC never merges with what precedes
+        (normalization never reaches across it; see `_nfc_tail`). When ``tail`` plus the
+        completion is already NFC, NFC(text + completion + probe) is NFC(text) +
+        completion + probe (probes start with such characters too), as for a safe one.
+        """
+        if tail is None or info.safe.all():
+            return info.safe
+        key = ("safe_after", tail)
+        got = info.derived.get(key)
+        if got is None:
+            got = info.safe.copy()
+            for i in np.flatnonzero(~info.safe).tolist():
+                got[i] = unicodedata.is_normalized("NFC", tail + info.text[i])
+            if not got[~info.safe].any():
+                got = info.safe  # nothing gained: the cached context-free picks apply
+            if len(info.derived) < 256:
+                info.derived[key] = got
+        return got  # type: ignore[return-value]
 
     def _whole_word_chars(self, before: bytes, info: Completions) -> np.ndarray:
         """Completions ``ch`` for which some token is ``u + ch + ending``, ``u`` a suffix
@@ -501,14 +527,24 @@ class Engine:
             text, partial = split_utf8(data)
         except PrefixError:
             return False
-        fast = self.partial_verdicts() if self.partial_fast else None
+        fast = self._verdicts_for(seq, text)
         if fast is not None:
-            return fast.decide(seq, text, partial)
+            kept = self._nfc_kept(text, partial)
+            if kept is None:
+                return fast.decide(seq, text, partial)
+            safe, others = kept
+            if fast.decide(seq, text, partial, allowed=safe):
+                return True
+            return self._encodes_some(seq, [text + c for c in others])
         if partial:
             before = data[: len(data) - len(partial)]
             heads = [text + c for c in self.witness_chars(before, partial, seq[-1])]
         else:
             heads = [text]
+        return self._encodes_some(seq, heads)
+
+    def _encodes_some(self, seq: tuple[int, ...], heads: list[str]) -> bool:
+        """Does ``head + y`` encode to tokens starting with ``seq`` for some head and probe?"""
         n = len(seq)
         for probe in PROBES:
             for head in heads:
@@ -517,16 +553,82 @@ class Engine:
         return False
 
     def partial_verdicts(self) -> PartialVerdicts | None:
-        """The encoding-free verdicts of :meth:`_encodes_with` (built on first use);
-        None where encoding is more than pre-tokens then BPE of each (a
-        normalizer may rewrite text, non-special added text is matched first)."""
-        if self.tok.normalize is not None or self.tok.added_text:
+        """The encoding-free verdicts of :meth:`_encodes_with` (built on first use).
+
+        They assume encoding is pre-tokens then BPE of each. Under an NFC normalizer or
+        with non-special added text that holds for most questions, and `_verdicts_for`
+        checks it per question; None where no question could be checked that way (a
+        normalizer other than NFC, added text that starts with a non-ASCII character
+        or fits inside a probe)."""
+        if self.tok.normalize is not None and self.tok.normal_form != "NFC":
+            return None
+        if not self._added_checkable:
             return None
         if self._partial is None:
             from .partial_leaves import PartialVerdicts
 
             self._partial = PartialVerdicts(self)
         return self._partial
+
+    def _verdicts_for(self, seq: tuple[int, ...], text: str) -> PartialVerdicts | None:
+        """`partial_verdicts` where they may apply to this question: the probed texts
+        ``text + c + y`` hold no added text, and NFC leaves ``text`` as it is (what NFC
+        does to each completion ``c``: `_nfc_kept`)."""
+        fast = self.partial_verdicts() if self.partial_fast else None
+        if fast is None:
+            return None
+        if self.tok.added_text and not self._clear_of_added(seq, text):
+            return None
+        if self.tok.normalize is not None and not unicodedata.is_normalized("NFC", text):
+            return None
+        return fast
+
+    @cached_property
+    def _added_checkable(self) -> bool:
+        """Can one tell from a text alone that no added text occurs in ``text + c + y``?
+        Yes when every added text starts with an ASCII character (so none starts at the
+        completion ``c`` of a partial character) and none fits inside a probe ``y``."""
+        return all(
+            a and a[0].isascii() and not any(a in y for y in PROBES) for a in self.tok.added_text
+        )
+
+    @cached_property
+    def _added_heads(self) -> tuple[frozenset[str], int]:
+        """(proper prefixes of the added texts, the longest one's length)."""
+        heads = {a[:k] for a in self.tok.added_text for k in range(1, len(a))}
+        return frozenset(heads), max((len(h) for h in heads), default=0)
+
+    def _clear_of_added(self, seq: tuple[int, ...], text: str) -> bool:
+        """No added token in ``seq``, no added text in ``text``, and ``text`` does not end
+        with the start of one (which a completion or probe might finish)."""
+        if any(self.is_added[t] for t in seq):
+            return False
+        if self.tok.split_added(text) != ([(text, None)] if text else []):
+            return False
+        heads, longest = self._added_heads
+        return not any(text[-k:] in heads for k in range(1, min(longest, len(text)) + 1))
+
+    def _nfc_kept(self, text: str, partial: bytes) -> tuple[np.ndarray, list[str]] | None:
+        """Under NFC, for an NFC ``text`` and the completions ``c`` of ``partial``: None when
+        NFC leaves every ``text + c + y`` as it is (probes start with characters it never
+        merges); else (bool mask of the completions it leaves so, the others worth
+        encoding). A completion NFC rewrites so that the text no longer starts with
+        ``text + partial`` cannot encode to ``seq`` (whose bytes are exactly those) and
+        is left out: compatibility ideographs, marks that compose with the character
+        before. Without a ``tail`` to reason from, every other completion is encoded."""
+        if self.tok.normalize is None or not partial:
+            return None
+        info = self.completions(partial)
+        tail = _nfc_tail(text[-NFC_TAIL_CHARS:])
+        safe = self._safe_after(tail, info)
+        if safe.all():
+            return None
+        others = [info.text[i] for i in np.flatnonzero(~safe).tolist()]
+        if tail is not None:
+            # NFC(text + c) = NFC(text before tail) + NFC(tail + c): tail starts at a boundary
+            start = tail.encode("utf-8") + partial
+            others = [c for c in others if _nfc(tail + c).startswith(start)]
+        return safe, others
 
     def _ending_runs(self, lo: int, hi: int) -> list[tuple[bytes, list[int]]]:
         """Per non-empty probe ending: the positions in ``sorted_bytes[lo:hi]`` of tokens
@@ -1913,6 +2015,32 @@ def _nfc_or_none(tok: BPETokenizer) -> bool:
 def _nfc_boundary(ch: str) -> bool:
     """True when NFC never merges ``ch`` with what comes before it."""
     return unicodedata.combining(ch) == 0 and ch not in nfc_composing()
+
+
+NFC_TAIL_CHARS = 8  # a longer run of merging characters: no tail (use the safe flags as they are)
+
+
+def _nfc_tail(text: str) -> str | None:
+    """The end of ``text`` from its last character NFC never merges with what precedes
+    (None when there is none among the last NFC_TAIL_CHARS characters).
+
+    >>> _nfc_tail("ab\u0301")
+    'b\u0301'
+    """
+    for i in range(len(text) - 1, max(-1, len(text) - 1 - NFC_TAIL_CHARS), -1):
+        if _nfc_boundary(text[i]):
+            return text[i:]
+    return None
+
+
+def _nfc(text: str) -> bytes:
+    return unicodedata.normalize("NFC", text).encode("utf-8")
+
+
+def _last_chars(data: bytes, n: int) -> str:
+    """The last ``n`` characters (or fewer) of ``data``, which holds whole characters:
+    only a few bytes are decoded (a character the slice cuts is dropped at its front)."""
+    return data[-4 * (n + 1) :].decode("utf-8", errors="ignore")[-n:]
 
 
 def _char_byte_offsets(text: str, start: int = 0) -> list[int]:

@@ -26,15 +26,20 @@ from midword.engine.vct import (
 from .conftest import tokenizer_path
 from .oracle import _ends_inside_char
 
-# the tokenizers whose encoding is pre-tokens then BPE (the others keep encoding)
-FAST_TOKENIZERS = ["llama3", "gpt4o", "gptoss", "gpt35turbo"]
-POOLS = {
+# every tokenizer: qwen3 (NFC, added text) and deepseek_v3 (added text) answer by encoding
+# where NFC may rewrite the probed texts or added text may occur in them
+FAST_TOKENIZERS = ["llama3", "gpt4o", "gptoss", "gpt35turbo", "qwen3", "deepseek_v3"]
+POOLS: dict[str, str | list[str]] = {
     "code": "def f(x):\n    return x_1 + 'don't' # 42\t(y)[0].z ",
     "cjk": "".join(map(chr, range(0x4E00, 0x4E60))) + "，。「」",
     "emoji": "".join(map(chr, range(0x1F600, 0x1F640))) + "\u200d\ufe0f",
     "latin": "".join(map(chr, range(0xC0, 0x180))),
     "thai": "".join(map(chr, range(0xE01, 0xE3A))),
     "hangul": "".join(map(chr, range(0xAC00, 0xAC40))),
+    # what NFC rewrites or merges: marks, conjoining jamo, compatibility ideographs
+    "nfc": "\u0301\u0323\u0302\u0308\u0315\u1100\u1161\u11a8\uf900\uf9a0\ufa0e\u212b\u0e48\u09be\u094deaoA",
+    # added text of qwen3 and deepseek_v3, and pieces of it (drawn whole)
+    "added": ["<think>", "</think>", "<thi", "<｜User｜>", "<｜", "｜", "<"],
 }
 
 
