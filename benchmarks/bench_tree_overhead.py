@@ -25,6 +25,7 @@ The windows are `midword bench overhead`'s (same seed, same held-out stdlib file
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -77,7 +78,9 @@ def lazy_overheads(completer: Completer, windows: list[str], temperature: float)
     return out
 
 
+@functools.cache
 def load_shipped() -> tuple[object, Engine]:
+    """The shipped model and its engine (loaded once: the cross-check and the table)."""
     from midword.modelargs import load_model_and_engine
 
     args = argparse.Namespace(

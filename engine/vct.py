@@ -344,10 +344,12 @@ class Engine:
         completions whose first tokens it cannot precede are left out (they never
         encode so)."""
         info = self.completions(partial)
-        safe = info.safe
+        safe, key = info.safe, "witness"
         if not safe.all():  # under NFC: the text before may make more of them safe
-            safe = self._safe_after(_nfc_tail(_last_chars(before, NFC_TAIL_CHARS)), info)
-        key = ("witness", safe.tobytes()) if safe is not info.safe else "witness"
+            tail = _nfc_tail(_last_chars(before, NFC_TAIL_CHARS))
+            safe = self._safe_after(tail, info)
+            if safe is not info.safe:
+                key = ("witness", tail)  # safe is a function of the tail: key by it
         picks = info.derived.get(key)
         if picks is None:
             picks = self._witness_picks(info, safe)
@@ -603,7 +605,7 @@ class Engine:
         with the start of one (which a completion or probe might finish)."""
         if any(self.is_added[t] for t in seq):
             return False
-        if self.tok.split_added(text) != ([(text, None)] if text else []):
+        if any(a in text for a in self.tok.added_text):
             return False
         heads, longest = self._added_heads
         return not any(text[-k:] in heads for k in range(1, min(longest, len(text)) + 1))
@@ -623,12 +625,18 @@ class Engine:
         safe = self._safe_after(tail, info)
         if safe.all():
             return None
-        others = [info.text[i] for i in np.flatnonzero(~safe).tolist()]
-        if tail is not None:
-            # NFC(text + c) = NFC(text before tail) + NFC(tail + c): tail starts at a boundary
-            start = tail.encode("utf-8") + partial
-            others = [c for c in others if _nfc(tail + c).startswith(start)]
-        return safe, others
+        key = ("encode", tail)
+        others = info.derived.get(key)
+        if others is None:
+            others = [info.text[i] for i in np.flatnonzero(~safe).tolist()]
+            if tail is not None:
+                # NFC(text + c) = NFC(text before tail) + NFC(tail + c): tail starts at a
+                # boundary, and the bytes of seq are exactly text + partial
+                start = tail.encode("utf-8") + partial
+                others = [c for c in others if _nfc(tail + c).startswith(start)]
+            if len(info.derived) < 256:
+                info.derived[key] = others
+        return safe, others  # type: ignore[return-value]
 
     def _ending_runs(self, lo: int, hi: int) -> list[tuple[bytes, list[int]]]:
         """Per non-empty probe ending: the positions in ``sorted_bytes[lo:hi]`` of tokens
