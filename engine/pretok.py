@@ -4,8 +4,9 @@ A :class:`Pretokenizer` is a chain of regex splits (each applied inside the
 pieces of the previous one, as Hugging Face ``Sequence`` pre-tokenizers do).
 Supported split encodings: ``Split`` with ``Isolated`` behaviour, ``Split``
 with ``Removed`` + ``invert: true`` (the GPT-4o/GPT-3.5 files; the same thing
-when the pattern covers all text), and ``ByteLevel`` with ``use_regex`` (the
-GPT-2 pattern).
+when the pattern covers all text), ``ByteLevel`` with ``use_regex`` (the
+GPT-2 pattern), and ``Digits`` (StarCoder and SmolLM2 put it first: every
+digit, or every run of digits, is a pre-token of its own).
 
 >>> p = Pretokenizer([(regex.compile(r"\\p{L}+|\\s+|\\p{N}{1,3}|[^\\s\\p{L}\\p{N}]+"), "isolated")])
 >>> p.split("ab  12345!")
@@ -23,6 +24,8 @@ import numpy as np
 import regex
 
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# HF ``Digits`` tests Rust's char::is_numeric: the general categories Nd, Nl and No, i.e. \p{N}
+DIGIT_PATTERN, DIGIT_RUN_PATTERN = r"\p{N}", r"\p{N}+"
 
 
 class PretokenizerError(ValueError):
@@ -86,6 +89,12 @@ def _collect(spec: dict | None, splits: list[tuple[regex.Pattern[str], str]]) ->
             _collect(sub, splits)
     elif kind == "Split":
         splits.append((_compile(spec), _behavior(spec)))
+    elif kind == "Digits":
+        # Isolated split on each numeric character, or on each maximal run of them
+        individual = bool(spec.get("individual_digits", False))
+        splits.append(
+            (regex.compile(DIGIT_PATTERN if individual else DIGIT_RUN_PATTERN), "isolated")
+        )
     elif kind == "ByteLevel":
         if spec.get("add_prefix_space"):
             raise PretokenizerError("ByteLevel add_prefix_space=true is not supported")
@@ -531,7 +540,7 @@ def _chain_tree(patterns: list[str]) -> tuple[tuple, list[Atom]]:
         probe = ClassMachine._from_tree(inner, list(atoms))
         starts = _match_starts(probe, cell, universe, memo)
         if hi is not None:  # a bounded group stays whole if the last pattern cannot split it
-            if any(starts.values()):
+            if hi > 1 and any(starts.values()):  # (one character can never be split)
                 raise UnsupportedPattern("the last split may cut a bounded outer group")
             alts.append(("rep", ("atom", cell_k), lo, hi))
             continue
@@ -543,9 +552,12 @@ def _chain_tree(patterns: list[str]) -> tuple[tuple, list[Atom]]:
 
 
 def _run_of_one_atom(tree: tuple) -> tuple[int, int, int | None]:
-    """(atom, lo, hi) of a pattern ``A{lo,hi}`` with lo == 1; else unsupported."""
+    """(atom, lo, hi) of a pattern ``A{lo,hi}`` with lo == 1, or of a bare ``A`` (one
+    character: ``Digits(individual_digits)``); else unsupported."""
     while tree[0] == "cat" and len(tree[1]) == 1:
         tree = tree[1][0]
+    if tree[0] == "atom":
+        return tree[1], 1, 1
     if tree[0] != "rep" or tree[1][0] != "atom" or tree[2] != 1:
         raise UnsupportedPattern("an outer split that is not a run of one character test")
     return tree[1][1], tree[2], tree[3]
