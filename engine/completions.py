@@ -1,7 +1,7 @@
 """Every character that completes a partial UTF-8 character, and what BPE makes of it.
 
 A token sequence that ends inside a character is kept when *some* character completes
-it canonically (DESIGN.md, "What exact means"). Once the next byte is typed, the tree
+it canonically (docs/design.md, "What exact means"). Once the next byte is typed, the tree
 checks the character byte by byte, so anything short of all completions breaks the
 chain rule P(x) P(b | x) = P(xb). There are up to 262,144 of them (a bare 4-byte lead),
 too many to encode one by one, but BPE sees little of each: by the pairwise theorem a

@@ -3,7 +3,7 @@
 Editors start it as `python -m midword serve`. Options (model, device, dtype,
 method, mode, temperature, topP, maxTokens, timeBudgetMs, multiline,
 windowBytes, logLevel, maxItems) come from the client's initializationOptions
-and workspace/didChangeConfiguration; see the README for the reference. Logs go
+and workspace/didChangeConfiguration; see docs/editors.md for the reference. Logs go
 to stderr, to --log-file, and to the client's log (window/logMessage), never
 to stdout.
 """

@@ -185,7 +185,7 @@ def test_function_boundary_and_cut_kinds() -> None:
     except cli.CommandError:
         return  # the real data is not on this machine; the synthetic kinds above still ran
     kinds = [humaneval.cut_kind(p) for p in real]
-    assert (kinds.count("mid-word"), kinds.count("after space")) == (490, 585)  # DESIGN.md 6
+    assert (kinds.count("mid-word"), kinds.count("after space")) == (490, 585)  # docs/design.md
 
 
 def test_docstring_examples() -> None:

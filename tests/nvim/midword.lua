@@ -4,7 +4,7 @@
 --
 --   require("midword").setup({
 --     filetypes = { "python", "lua", "rust" },        -- default: every file type
---     init_options = { maxTokens = 32, temperature = 0 }, -- see the README's option list
+--     init_options = { maxTokens = 32, temperature = 0 }, -- see docs/editors.md
 --   })
 --
 -- Neovim up to 0.11 has no inline (ghost text) completion, so midword serves it as
