@@ -19,13 +19,8 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -63,7 +58,7 @@ def main() -> None:
     from midword.engine.hf_backend import HFModel
     from midword.engine.kvcache import KVCache
 
-    from tests.tiny_models import build_tiny_llama
+    from midword.testing.tiny_models import build_tiny_llama
 
     if args.threads:
         torch.set_num_threads(args.threads)

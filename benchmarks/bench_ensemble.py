@@ -23,13 +23,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 # (prefix, continuation walked byte by byte)
 TEXTS = [
@@ -44,10 +39,11 @@ def load_members(device: str, dtype: str) -> dict[str, tuple[object, object]]:
     from midword.engine.hf_backend import HFModel, load_hf_model
     from midword.engine.vct import load_engine
 
-    from tests.conftest import tokenizer_path
-    from tests.tiny_models import build_tiny_llama
+    from midword.models import shipped_test_model
+    from midword.testing import tokenizer_path
+    from midword.testing.tiny_models import build_tiny_llama
 
-    default = ROOT / "models" / "default"
+    default = shipped_test_model()
     out = {"A": (load_hf_model(default, device, dtype), load_engine(str(default)))}
     for name, tok, seed in (("B", "llama3", 1), ("C", "qwen3", 2)):
         engine = load_engine(str(tokenizer_path(tok)))

@@ -34,15 +34,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 MODELS = ("default", "llama3")
 GOAL_PBP_RATIO = 1.05
@@ -102,12 +97,14 @@ def load_subject(name: str, device: str, dtype: str) -> Subject:
     from midword.engine.hf_backend import HFModel, load_hf_model, resolve_device
     from midword.engine.vct import load_engine
 
+    from midword.models import shipped_test_model
+
     if name == "default":
-        folder = ROOT / "models" / "default"
+        folder = shipped_test_model()
         model, engine = load_hf_model(folder, device, dtype), load_engine(str(folder))
     else:
-        from tests.conftest import tokenizer_path
-        from tests.tiny_models import build_tiny_llama
+        from midword.testing import tokenizer_path
+        from midword.testing.tiny_models import build_tiny_llama
 
         engine = load_engine(str(tokenizer_path("llama3")))
         tiny = build_tiny_llama(

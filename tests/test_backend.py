@@ -36,7 +36,7 @@ pytest.importorskip("transformers")
 from midword.engine.hf_backend import HFModel, HFSession, load_hf_model  # noqa: E402
 from midword.engine.kvcache import KVCache  # noqa: E402
 
-from .tiny_models import build_tiny_causal_lm, build_tiny_llama  # noqa: E402
+from midword.testing.tiny_models import build_tiny_causal_lm, build_tiny_llama  # noqa: E402
 
 # --------------------------------------------------------------------------------------
 # fixtures and helpers

@@ -1,18 +1,15 @@
-"""The bigram stand-in model of the inference-token benchmark: counts, normalization, and
-its tree session against the model's own rows (the lazy solve's counts rest on them)."""
+"""The bigram stand-in model of the inference-token benchmark (midword.testing.bigram):
+counts, normalization, and its tree session against the model's own rows (the lazy
+solve's counts rest on them)."""
 
 from __future__ import annotations
-
-import doctest
 
 import numpy as np
 from midword.engine.generate import Completer, Settings
 from midword.engine.vct import load_engine
 
-from midword.bench import bigram
-from midword.bench.bigram import BigramModel
-
-from .conftest import ROOT
+from midword.testing import shipped_test_model
+from midword.testing.bigram import BigramModel
 
 
 def test_rows_follow_the_counts_and_sum_to_one() -> None:
@@ -28,7 +25,6 @@ def test_rows_follow_the_counts_and_sum_to_one() -> None:
             expected[t] += c
         assert np.allclose(row, expected / (total + 0.5))
         assert abs(row.sum() - 1) < 1e-12
-    assert doctest.testmod(bigram).failed == 0
 
 
 def test_session_rows_are_the_rows_of_each_paths_last_token() -> None:
@@ -42,7 +38,7 @@ def test_session_rows_are_the_rows_of_each_paths_last_token() -> None:
 
 
 def test_a_completion_runs_on_the_bigram_model() -> None:
-    engine = load_engine(str(ROOT / "models" / "default"))
+    engine = load_engine(str(shipped_test_model()))
     docs = [engine.tok.encode("def main():\n    return 0\n" * 20)]
     model = BigramModel(engine.tok.size, docs, start_id=0)
     out = Completer(model, engine).complete(b"def ma", Settings(max_tokens=3))

@@ -16,7 +16,7 @@ from midword.engine.sampling import ByteSampler, Transform
 torch = pytest.importorskip("torch")
 from midword.engine.kvcache import KVCache  # noqa: E402
 
-from .tiny_models import build_tiny_llama  # noqa: E402
+from midword.testing.tiny_models import build_tiny_llama  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ def _filled(llama, inference: bool) -> KVCache:
     kv = KVCache()
     ids = torch.tensor([[1, 5, 6, 7, 8, 9, 10]])  # [1, 7]
     with torch.inference_mode() if inference else torch.no_grad():
-        llama(input_ids=ids, past_key_values=kv.hf, use_cache=True)
+        llama(input_ids=ids, **kv.forward_kwargs(llama), use_cache=True)
     return kv
 
 

@@ -12,10 +12,10 @@ import pytest
 from midword.engine.sampling import ByteSampler
 from midword.engine.vct import load_engine
 
-from .conftest import tokenizer_path
+from midword.testing import tokenizer_path
 
 torch = pytest.importorskip("torch")
-from .tiny_models import build_tiny_llama  # noqa: E402
+from midword.testing.tiny_models import build_tiny_llama  # noqa: E402
 
 STEPS = int(os.environ.get("MIDWORD_CHAIN_BYTES", "300"))
 TOL = 1e-9
@@ -66,7 +66,7 @@ def test_chain_of_splits_as_one_machine() -> None:
     chain does, so its leaf tables apply."""
     from midword.engine.pretok import ClassMachine
 
-    from .corpus import CORPUS
+    from midword.testing import CORPUS
 
     tok = load_engine(str(tokenizer_path("deepseek_v3"))).tok
     machine = ClassMachine.for_chain([p.pattern for p, _ in tok.pretokenizer.splits])

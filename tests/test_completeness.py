@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 from midword.engine.vct import VCT, load_engine
 
-from .completeness import canonical_cut, covers, is_path, run, self_check
-from .conftest import tokenizer_path
-from .oracle import real_encoder
+from midword.testing import real_encoder, tokenizer_path
+from midword.testing.completeness import canonical_cut, covers, is_path, run, self_check
 
 MEGABYTE = 1 << 20
 

@@ -10,7 +10,7 @@ from midword.engine import cpu_head  # noqa: E402
 from midword.engine.cpu_head import MAX_ROWS, speed_up_output_head  # noqa: E402
 from midword.engine.hf_backend import HFModel  # noqa: E402
 
-from .tiny_models import build_tiny_llama  # noqa: E402
+from midword.testing.tiny_models import build_tiny_llama  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,7 @@ from midword.engine.vct import load_engine
 from tokenizers import Regex as HFRegex
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from .conftest import tokenizer_path
-from .corpus import CORPUS
-from .oracle import real_encoder
+from midword.testing import CORPUS, real_encoder, tokenizer_path
 
 CL100K = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"

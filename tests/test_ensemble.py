@@ -35,14 +35,13 @@ from midword.engine.generate import Settings
 from midword.engine.sampling import ByteSampler, start_token
 from midword.engine.vct import load_engine
 
-from .conftest import tokenizer_path
-from .corpus import CORPUS
+from midword.testing import CORPUS, real_encoder, tokenizer_path
+
 from .lm_oracle import LMOracle
-from .oracle import real_encoder
 
 torch = pytest.importorskip("torch")
 stats = pytest.importorskip("scipy.stats")
-from .tiny_models import build_tiny_llama  # noqa: E402
+from midword.testing.tiny_models import build_tiny_llama  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "models" / "default"

@@ -18,7 +18,8 @@ from midword.engine.lazy_pbp import LazyTree
 from midword.engine.sampling import Transform
 from midword.engine.vct import VCT, Tree, load_engine
 
-from .conftest import ROOT
+from midword.testing import shipped_test_model
+
 from .test_generate import _chi_square_ok
 
 PREFIXES = [b"    ", b"        ret", b"self.assertEq", b"def pri", b"x = 12345", b"\t\t"]
@@ -26,7 +27,7 @@ PREFIXES = [b"    ", b"        ret", b"self.assertEq", b"def pri", b"x = 12345",
 
 @pytest.fixture(scope="module")
 def engine():
-    return load_engine(str(ROOT / "models" / "default"))
+    return load_engine(str(shipped_test_model()))
 
 
 def tree_of(engine, prefix: bytes) -> Tree:
@@ -216,7 +217,7 @@ def test_lazy_solve_on_the_shipped_model_agrees_with_the_whole_tree(engine) -> N
     leaves equal, sampled leaves follow the exact leaf distribution of the scored tree."""
     from midword.engine.hf_backend import load_hf_model
 
-    model = load_hf_model(str(ROOT / "models" / "default"), device="cpu", dtype="float64")
+    model = load_hf_model(str(shipped_test_model()), device="cpu", dtype="float64")
     lazy, whole = Completer(model, engine), Completer(model, engine)
     for prefix in (b"        ret", b"    self.assertEq", b"def pri", b"x = 12345"):
         settings = Settings(max_tokens=1)

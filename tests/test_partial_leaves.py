@@ -23,7 +23,8 @@ from midword.engine.vct import (
     split_utf8,
 )
 
-from .conftest import tokenizer_path
+from midword.testing import tokenizer_path
+
 from .oracle import _ends_inside_char
 
 # every tokenizer: qwen3 (NFC, added text) and deepseek_v3 (added text) answer by encoding

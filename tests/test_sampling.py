@@ -12,13 +12,12 @@ import pytest
 from midword.engine.sampling import ByteSampler
 from midword.engine.vct import load_engine
 
-from .conftest import tokenizer_path
-from .corpus import CORPUS
+from midword.testing import CORPUS, real_encoder, tokenizer_path
+
 from .lm_oracle import LMOracle
-from .oracle import real_encoder
 
 torch = pytest.importorskip("torch")
-from .tiny_models import build_tiny_llama  # noqa: E402
+from midword.testing.tiny_models import build_tiny_llama  # noqa: E402
 
 TOL = 1e-6
 # Random prefixes per tokenizer (issue 3 asks for >= 100 in CI); MIDWORD_EXACT_PREFIXES

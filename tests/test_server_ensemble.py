@@ -16,10 +16,11 @@ from midword.engine.generate import Settings
 from midword.engine.vct import load_engine
 from pytest_lsp import LanguageClient
 
-from .conftest import tokenizer_path
+from midword.testing import tokenizer_path
+from midword.testing.tiny_models import build_tiny_llama
+
 from .lsp_support import CONFIG, Buffer, Session, start
 from .test_server_equivalence import as_plain
-from .tiny_models import build_tiny_llama
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 DEFAULT = Path(__file__).resolve().parent.parent / "models" / "default"

@@ -12,7 +12,8 @@ from midword.engine.vct import build_tree, load_engine
 from midword.server.scope import finalize, indent_unit, scope_for
 from pytest_lsp import LanguageClient
 
-from .corpus import CORPUS
+from midword.testing import CORPUS
+
 from .lsp_support import CONFIG, Buffer, Session, start
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

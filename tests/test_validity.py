@@ -7,7 +7,7 @@ import random
 import numpy as np
 from midword.engine.vct import load_engine
 
-from .conftest import ROOT, tokenizer_path
+from midword.testing import shipped_test_model, tokenizer_path
 
 
 def _biased_pair(v, ids: np.ndarray, rng: random.Random) -> tuple[int, int]:
@@ -98,7 +98,7 @@ def test_whole_successor_masks_equal_pair_checks() -> None:
     """Every entry of the successor masks (found for all of a token's merge partners at
     once) equals the uncached pair check, over the shipped model's whole vocabulary and
     for tokens with long right spines (the most partners) as well as random ones."""
-    eng = load_engine(str(ROOT / "models" / "default"))
+    eng = load_engine(str(shipped_test_model()))
     tok, v = eng.tok, eng.validity
     ids = np.flatnonzero(tok.reachable)
     rng = random.Random(9)

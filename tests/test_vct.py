@@ -9,8 +9,8 @@ import random
 import pytest
 from midword.engine.vct import MAX_PREFIX_BYTES, VCT, PrefixError, build_tree, load_engine
 
-from .conftest import tokenizer_path
-from .corpus import CORPUS
+from midword.testing import CORPUS, tokenizer_path
+
 from .oracle import (
     brute_force_tree,
     canonical_prefixes,

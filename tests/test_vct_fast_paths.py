@@ -22,7 +22,7 @@ from midword.engine.vct import (
     load_engine,
 )
 
-from .conftest import tokenizer_path
+from midword.testing import tokenizer_path
 
 # qwen3 (NFC: tokens left to encoding at every node) is slow here, so it gets short texts
 TABLE_TOKENIZERS = ["llama3", "gpt4o", "deepseek_v3", "qwen3"]
@@ -219,7 +219,7 @@ def test_probes_of_one_class_split_every_text_alike(name: str) -> None:
     characters) exactly as the probe kept for its class does."""
     from midword.engine.vct import PROBES
 
-    from .corpus import CORPUS
+    from midword.testing import CORPUS
 
     engine = load_engine(str(tokenizer_path(name)))
     if engine.machine is None:
@@ -244,7 +244,7 @@ def test_hypotheses_kept_by_shape_equal_fresh_ones(name: str) -> None:
     """`_TailBuilder._probe_hyps` keeps its answer by the region's shape (each character's
     class and byte length): a region of the same shape built from other characters gets
     exactly what computing it afresh gives."""
-    from .corpus import CORPUS
+    from midword.testing import CORPUS
 
     engine = load_engine(str(tokenizer_path(name)))
     machine = engine.machine

@@ -1,6 +1,6 @@
 """Completeness fuzz of the streamed Valid Covering Tree, shared by
 ``tests/test_completeness.py`` (1 MB per tokenizer) and
-``benchmarks/bench_completeness.py`` (10 MB and more).
+``benchmarks/bench_completeness.py`` (10 MB and more). Imports no test framework.
 
 For a random text X and a cut point k, the canonical encoding of X (the real
 ``tokenizers`` encoder), cut after its first token that extends past byte k (the
@@ -29,19 +29,14 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from midword.engine.tokenizer import BPETokenizer
-from midword.engine.vct import (
-    VCT,
-    Engine,
-    Tree,
-    char_completions,
-    load_engine,
-)
 from tokenizers import Tokenizer
 
-from .conftest import tokenizer_path
+from midword.engine.tokenizer import BPETokenizer
+from midword.engine.vct import VCT, Engine, Tree, load_engine
+
+from .chars import char_completions
 from .corpus import CORPUS
-from .oracle import real_encoder
+from .fixtures import real_encoder, tokenizer_path
 
 MAX_FRAGMENT_BYTES = 1500
 EXAMPLES_KEPT = 5

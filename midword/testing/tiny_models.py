@@ -9,7 +9,11 @@ Example:
     >>> model = build_tiny_llama(300, seed=0)                   # in memory
     >>> model.config.vocab_size
     300
-    >>> _ = build_tiny_qwen3(300, "/tmp/tiny-qwen3", seed=1)   # also saved: config + safetensors
+    >>> import tempfile, pathlib
+    >>> with tempfile.TemporaryDirectory() as folder:           # also saved: config + safetensors
+    ...     _ = build_tiny_qwen3(300, folder, seed=1)
+    ...     sorted(p.name for p in pathlib.Path(folder).iterdir())
+    ['config.json', 'generation_config.json', 'model.safetensors']
 
 torch and transformers are imported inside the functions so that collecting the
 test modules stays cheap.
