@@ -1,7 +1,7 @@
 # One entry point for every task: `make help` lists them.
 PY ?= python3
 
-.PHONY: help install demo complete-demo serve bench-server test test-exact test-fast lint fmt bench-engine bench-backend tree ext bench-humaneval bench-charlm bench-overhead
+.PHONY: help install demo complete-demo serve bench-server test test-exact test-fast wheel-check lint fmt bench-engine bench-backend tree ext bench-humaneval bench-charlm bench-overhead
 
 help:  ## list every task
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ ext:  ## VS Code extension: build, lint, unit tests, package (.vsix)
 
 test-fast:  ## skip the slow tests
 	$(PY) -m pytest -q -m "not slow"
+
+wheel-check:  ## build the wheel, install it into a fresh venv, run `midword demo` and `midword complete` from it
+	.ci/wheel_check
 
 lint:  ## ruff
 	$(PY) -m ruff check .

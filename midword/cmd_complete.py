@@ -29,7 +29,7 @@ from typing import Any
 
 from midword.cli import CommandError
 from midword.cmd_tree import read_prefix
-from midword.modelargs import DEFAULT_MODEL, add_model_arguments, load_model_and_engine
+from midword.modelargs import add_model_arguments, default_model_arg, load_model_and_engine
 
 COMBINES = ("mix", "product")  # engine/ensemble.py COMBINES (not imported: --help stays light)
 PROXY_WEIGHTS = (1.0, 1.0, -1.0)  # base + expert - anti-expert
@@ -146,7 +146,7 @@ def ensemble_spec(args: argparse.Namespace) -> tuple[list[str], list[float], str
         if args.weights is not None or args.combine is not None:
             raise CommandError("--weights and --combine need --ensemble or --proxy-tune")
         return None
-    if args.tokenizer or args.model != str(DEFAULT_MODEL):
+    if args.tokenizer or args.model != default_model_arg():
         raise CommandError("with an ensemble, name the models after --ensemble, not --model")
     if args.proxy_tune and args.combine not in (None, "product"):
         raise CommandError("--proxy-tune is a product of the models (no --combine mix)")

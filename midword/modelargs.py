@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from midword.cli import CommandError
+from midword.models import ModelNotFoundError, default_model
 
-DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
+
+def default_model_arg() -> str | None:
+    """``--model``'s default: the model :func:`midword.models.default_model` finds (None
+    when it finds none; loading then says what is missing)."""
+    try:
+        return str(default_model())
+    except ModelNotFoundError:
+        return None
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
-        default=str(DEFAULT_MODEL),
+        default=default_model_arg(),
         help="model directory or hub id from the local cache (default: the shipped model)",
     )
     parser.add_argument("--tokenizer", help="tokenizer.json (default: the model's own)")
@@ -31,6 +38,11 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
     from midword.engine.tokenizer import TokenizerError
     from midword.engine.vct import load_engine
 
+    if args.model is None:  # no --model, and the default model is missing
+        try:
+            args.model = str(default_model())
+        except ModelNotFoundError as exc:
+            raise CommandError(str(exc)) from exc
     try:
         engine = load_engine(args.tokenizer or args.model)
     except (TokenizerError, OSError) as exc:

@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 
 from midword import cli  # noqa: E402
 from midword.bench import charlm, common, data, humaneval, overhead  # noqa: E402
-from midword.modelargs import DEFAULT_MODEL  # noqa: E402
+from midword.models import shipped_test_model  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROBLEMS = [
@@ -49,7 +49,7 @@ PROBLEMS = [
         "test": "def check(candidate):\n    assert candidate([1, 2, 3]) == 6\n",
     },
 ]
-MODEL_ARGS = ["--model", str(DEFAULT_MODEL), "--device", "cpu", "--threads", "1"]
+MODEL_ARGS = ["--model", str(shipped_test_model()), "--device", "cpu", "--threads", "1"]
 
 
 def _lines(path: Path) -> list[dict]:

@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from midword.cli import CommandError
+from midword.models import CHECKOUT_TEST_MODEL, find_shipped_test_model
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DATA_URL = "https://github.com/openai/human-eval-infilling/tree/master/data"
 RANDOM_SPAN = "HumanEval-RandomSpanInfilling.jsonl.gz"
 # Older copies of the repository name the file without "Infilling".
 RANDOM_SPAN_NAMES = (RANDOM_SPAN, "HumanEval-RandomSpan.jsonl.gz")
-HELDOUT_LIST = REPO / "models" / "default" / "heldout_files.json"
+HELDOUT_LIST = (find_shipped_test_model() or CHECKOUT_TEST_MODEL) / "heldout_files.json"
 
 
 def humaneval_search_path(data: str | None, env: Mapping[str, str] = os.environ) -> list[Path]:
