@@ -468,6 +468,18 @@ class TreeScoringSession(ABC):
         self._commit(ctx, trunk, plan, new_lp)
         return [self._lp[len(ctx) - 1 if not p else self._nodes[p]] for p in wanted]
 
+    def cached_trunk_len(self, trunk: Sequence[int]) -> int:
+        """How many leading tokens of ``trunk`` the cache holds already (a call with this
+        trunk evaluates only the rest): lets a caller prefill a long trunk in chunks.
+
+        Example:
+            >>> s = FakeModel(20).session(bos_id=0)
+            >>> _ = s.logprobs([3, 4, 5], [()])
+            >>> s.cached_trunk_len([3, 4, 9, 9]), s.cached_trunk_len([3, 4, 5, 6])
+            (2, 3)
+        """
+        return _list_lcp(self._trunk, list(trunk))
+
     def expected_cache_len(self) -> int:
         """bos? + trunk + distinct trie nodes of the last call: what `cache_len` must be."""
         return len(self._ctx) + len(self._nodes)

@@ -25,7 +25,7 @@ from .document import Cursor, Document, Range
 from .options import ServerOptions, needs_reload, parse_options
 from .positions import from_index
 from .scope import IndentCounts, Scope, identifier_split, scope_for
-from .worker import Answer, ModelHost, Request, Status
+from .worker import Answer, ModelHost, Request, Status, Superseded
 
 __all__ = ["Controller", "EditItem", "InlineItem"]
 
@@ -103,8 +103,9 @@ class Controller:
             else:
                 doc.apply_change(rng, text, self.encoding)
         doc.version = version
-        if doc.last_edit is not None and self.host.ready:
-            self.host.sync(uri, doc.prefix_window(doc.last_edit, self.options.window_bytes))
+        if doc.last_edit is not None and self.host.ready and self.host.is_live(uri):
+            window = doc.prefix_window(doc.last_edit, self.options.window_bytes)
+            self.host.sync(uri, window, version)
 
     def close(self, uri: str) -> None:
         self.documents.pop(uri, None)
@@ -113,42 +114,57 @@ class Controller:
 
     # ------------------------------------------------------------------ completions
     async def inline(self, uri: str, line: int, character: int, invoked: bool) -> list[InlineItem]:
-        """Inline completions at a position: one item (Automatic) or up to maxItems (Invoked)."""
+        """Inline completions at a position: one item (Automatic) or up to maxItems (Invoked).
+
+        Empty when the document changed before the answer was ready: the answer and its
+        position belong to the version the request was made against (see `_Asked`).
+        """
         doc = self.documents.get(uri)
         if doc is None:
             log.warning("inline completion for a document that is not open: %s", uri)
             return []
-        cursor = doc.cursor(line, character, self.encoding)
-        scope = self._scope(doc, cursor, self.options.multiline)
+        asked = _Asked.at(doc, doc.cursor(line, character, self.encoding))
+        scope = self._scope(asked, self.options.multiline)
         items = self.options.max_items if invoked else 1
-        answer = await self._run(doc, cursor, scope, items)
-        pos_line, pos_char = doc.position(cursor, self.encoding)
-        return [InlineItem(text, pos_line, pos_char) for text in answer.texts]
+        answer = await self._run(asked, scope, items)
+        if not self._still(asked):
+            return []
+        column = from_index(asked.body, asked.cursor.index, self.encoding)
+        return [InlineItem(text, asked.cursor.line, column) for text in answer.texts]
 
     async def completion_list(self, uri: str, line: int, character: int) -> list[EditItem]:
-        """Completion-list fallback: the completed identifier, then the rest of the line."""
+        """Completion-list fallback: the completed identifier, then the rest of the line
+        (empty when the document changed meanwhile, as for `inline`)."""
         doc = self.documents.get(uri)
         if doc is None:
             return []
-        cursor = doc.cursor(line, character, self.encoding)
-        scope = self._scope(doc, cursor, "never")
-        answer = await self._run(doc, cursor, scope, 1)
-        if not answer.texts:
+        asked = _Asked.at(doc, doc.cursor(line, character, self.encoding))
+        scope = self._scope(asked, "never")
+        answer = await self._run(asked, scope, 1)
+        if not answer.texts or not self._still(asked):
             return []
-        return _edit_items(doc, cursor, answer.texts[0], self.encoding)
+        return _edit_items(asked, answer.texts[0], self.encoding)
 
-    def _scope(self, doc: Document, cursor: Cursor, policy: str) -> Scope:
+    def _still(self, asked: _Asked) -> bool:
+        """The document is open and unchanged since ``asked`` was taken."""
+        current = asked.current_in(self.documents)
+        if not current:
+            log.debug("%s changed before the answer: dropped", asked.doc.uri)
+        return current
+
+    def _scope(self, asked: _Asked, policy: str) -> Scope:
         # Special and added tokens' text must never be inserted, even spelled out in bytes.
         specials = self.host.special_texts()
-        return scope_for(doc.line_prefix(cursor), doc.line_suffix(cursor), policy, specials)
+        return scope_for(asked.line_prefix, asked.line_suffix, policy, specials)
 
-    async def _run(self, doc: Document, cursor: Cursor, scope: Scope, items: int) -> Answer:
+    async def _run(self, asked: _Asked, scope: Scope, items: int) -> Answer:
         request_id = f"c{next(self._ids)}"
         if not self.host.ready:
             log.debug("%s: no completion (%s)", request_id, self.host.status.message)
             return Answer(reason=self.host.status.message)
         started = time.perf_counter()
-        version, cancelled = doc.version, threading.Event()
+        doc, cursor, cancelled = asked.doc, asked.cursor, threading.Event()
+        documents = self.documents
         request = Request(
             uri=doc.uri,
             prefix=doc.prefix_window(cursor, self.options.window_bytes),
@@ -157,8 +173,9 @@ class Controller:
             settings=self._item_settings(items),
             max_items=items,
             budget=self.options.time_budget_ms / 1000.0,
-            is_current=lambda: not cancelled.is_set() and doc.version == version,
+            is_current=lambda: not cancelled.is_set() and asked.current_in(documents),
             request_id=request_id,
+            version=doc.version,
         )
         from midword.engine.generate import Interrupted  # loaded with the model by now
 
@@ -166,12 +183,12 @@ class Controller:
         try:
             answer = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
-            cancelled.set()  # the worker stops at its next decode step
+            cancelled.set()  # the worker stops at its next check
             future.cancel()
             log.debug("%s: cancelled by the client", request_id)
             raise
-        except Interrupted:
-            log.debug("%s: superseded by document version %s", request_id, doc.version)
+        except (Interrupted, Superseded) as exc:
+            log.debug("%s: dropped (%s)", request_id, exc)
             return Answer(reason="superseded")
         if log.isEnabledFor(logging.DEBUG):  # not formatted for nothing on every keystroke
             _log_answer(request_id, answer, time.perf_counter() - started)
@@ -223,7 +240,13 @@ class Controller:
         ]
 
     async def live_state(self, uri: str) -> dict | None:
-        return await asyncio.wrap_future(self.host.live_state(uri))
+        """The document's live VCT brought to its text now (None if it has none), with the
+        version it belongs to."""
+        doc = self.documents.get(uri)
+        latest = None
+        if doc is not None and doc.last_edit is not None:
+            latest = (doc.prefix_window(doc.last_edit, self.options.window_bytes), doc.version)
+        return await asyncio.wrap_future(self.host.live_state(uri, latest))
 
     async def stats(self) -> dict[str, Any]:
         """Open documents, live VCTs and the process's memory (for tests and debugging)."""
@@ -256,18 +279,53 @@ class _IndentMemo:
     counts: IndentCounts  # their tallies
 
 
-def _edit_items(doc: Document, cursor: Cursor, text: str, encoding: str) -> list[EditItem]:
-    body = doc.body(cursor.line)
-    partial, continuation = identifier_split(doc.line_prefix(cursor), text)
-    start = from_index(body, cursor.index - len(partial), encoding)
-    end = from_index(body, cursor.index, encoding)
+@dataclass(frozen=True)
+class _Asked:
+    """What a request was made against: the document, its edit count then, the cursor,
+    and the cursor's line as it was (`Document.lines` changes in place on every edit).
+
+    Everything sent back is computed from this: a position converted against newer
+    text could be past its end (an IndexError) or point at other text than the one
+    completed. If the document changed at all, the answer is dropped.
+    """
+
+    doc: Document
+    edits: int
+    cursor: Cursor
+    body: str  # the cursor's line without its ending, in the version asked about
+
+    @classmethod
+    def at(cls, doc: Document, cursor: Cursor) -> _Asked:
+        return cls(doc, doc.edits, cursor, doc.body(cursor.line))
+
+    @property
+    def line_prefix(self) -> str:
+        return self.body[: self.cursor.index]
+
+    @property
+    def line_suffix(self) -> str:
+        return self.body[self.cursor.index :]
+
+    def current_in(self, documents: dict[str, Document]) -> bool:
+        """Still the open document (not closed, nor reopened) with no edit since.
+
+        Called from the worker thread as well: two reads, each atomic.
+        """
+        return documents.get(self.doc.uri) is self.doc and self.doc.edits == self.edits
+
+
+def _edit_items(asked: _Asked, text: str, encoding: str) -> list[EditItem]:
+    line, body = asked.cursor.line, asked.body
+    partial, continuation = identifier_split(asked.line_prefix, text)
+    start = from_index(body, asked.cursor.index - len(partial), encoding)
+    end = from_index(body, asked.cursor.index, encoding)
     items: list[EditItem] = []
     if continuation:
         word = partial + continuation
-        items.append(EditItem(word, word, cursor.line, start, end, "midword: identifier"))
+        items.append(EditItem(word, word, line, start, end, "midword: identifier"))
     line_text = partial + text
     if line_text.strip() and all(item.new_text != line_text for item in items):
-        items.append(EditItem(line_text, line_text, cursor.line, start, end, "midword: line"))
+        items.append(EditItem(line_text, line_text, line, start, end, "midword: line"))
     return items
 
 

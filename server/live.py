@@ -21,14 +21,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
+    from midword.engine import Engine
     from midword.engine.ensemble import Ensemble
     from midword.engine.generate import Completer, Completion, Settings
-    from midword.engine.vct import Engine
 
 __all__ = ["Backend", "EnsembleModels", "LiveDocument", "SingleModel"]
 
 StopFn = Callable[[], bool] | None
 CutFn = Callable[[str], int | None] | None
+PREFILL_CHUNK = 256  # trunk tokens evaluated between two checks for a newer request
 
 
 class LiveDocument(Protocol):
@@ -37,11 +38,13 @@ class LiveDocument(Protocol):
     @property
     def inference_tokens(self) -> int: ...
 
-    def sync(self, prefix: bytes) -> None:
-        """Move the live VCT to ``prefix`` and prefill the KV cache with its settled tokens."""
+    def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
+        """Move the live VCT to ``prefix`` and prefill the KV cache with its settled tokens
+        (in chunks: `Interrupted` between two once ``should_stop()`` says so)."""
 
-    def prepare(self, prefix: bytes, method: str) -> None:
-        """Move to ``prefix`` and score what every item of a request shares (PrefixError)."""
+    def prepare(self, prefix: bytes, method: str, should_stop: StopFn = None) -> None:
+        """Move to ``prefix`` and score what every item of a request shares (PrefixError;
+        `Interrupted` between prefill chunks once ``should_stop()`` says so)."""
 
     def complete(
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
@@ -60,6 +63,27 @@ class Backend(Protocol):
         """Text of special and added tokens: never to be inserted into a document."""
 
 
+def prefill(session: Any, trunk: Sequence[int], should_stop: StopFn) -> None:
+    """Evaluate the uncached part of ``trunk`` but its last chunk, `PREFILL_CHUNK` tokens
+    at a time, and raise `Interrupted` between chunks once ``should_stop()`` is true.
+
+    A newly opened buffer or a paste means a prefill of the whole window (about a
+    thousand tokens): in one call, a request for another cursor, or a newer one for
+    this buffer, would wait for all of it. The caller's next call on ``trunk``
+    evaluates the rest (the KV cache keeps every chunk: the trunk only grows here).
+    """
+    if should_stop is None or not hasattr(session, "cached_trunk_len"):
+        return
+    from midword.engine.generate import Interrupted
+
+    for end in range(session.cached_trunk_len(trunk) + PREFILL_CHUNK, len(trunk), PREFILL_CHUNK):
+        if should_stop():
+            raise Interrupted("stopped between prefill chunks")
+        session.logprobs(trunk[:end], [()])
+    if should_stop():
+        raise Interrupted("stopped after the prefill")
+
+
 def _tree_json(engine_vct: Any) -> dict[str, Any]:
     tree = json.loads(json.dumps(engine_vct.tree().to_json(), default=int))  # numpy ints
     return {"prefix": engine_vct.prefix.hex(), "tree": tree}
@@ -75,18 +99,20 @@ class SingleDocument:
     def inference_tokens(self) -> int:
         return self.completer.session.inference_tokens
 
-    def sync(self, prefix: bytes) -> None:
+    def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
         sampler = self.completer.sampler
         sampler.reset(prefix)
         # Prefill the KV cache with the settled tokens while the user types, so the next
         # request only scores the tail (after a paste or a newly opened buffer this is
         # the expensive part).
-        self.completer.session.logprobs(sampler.vct.tree().trunk, [()])
+        trunk = sampler.vct.tree().trunk
+        prefill(self.completer.session, trunk, should_stop)
+        self.completer.session.logprobs(trunk, [()])
 
-    def prepare(self, prefix: bytes, method: str) -> None:
+    def prepare(self, prefix: bytes, method: str, should_stop: StopFn = None) -> None:
         sampler = self.completer.sampler
         sampler.reset(prefix)
-        sampler.vct.tree()
+        prefill(self.completer.session, sampler.vct.tree().trunk, should_stop)
         if method == "bytesampler":
             self.completer.leaf_set()  # scores the tree once; every item reuses the rows
 
@@ -132,13 +158,17 @@ class EnsembleDocument:
     def inference_tokens(self) -> int:
         return sum(m.sampler.session.inference_tokens for m in self.ensemble.members)
 
-    def sync(self, prefix: bytes) -> None:
+    def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
         self.ensemble.reset(prefix)
         for member in self.ensemble.members:
-            member.sampler.session.logprobs(member.sampler.vct.tree().trunk, [()])
+            trunk = member.sampler.vct.tree().trunk
+            prefill(member.sampler.session, trunk, should_stop)
+            member.sampler.session.logprobs(trunk, [()])
 
-    def prepare(self, prefix: bytes, method: str) -> None:
+    def prepare(self, prefix: bytes, method: str, should_stop: StopFn = None) -> None:
         self.ensemble.reset(prefix)
+        for member in self.ensemble.members:
+            prefill(member.sampler.session, member.sampler.vct.tree().trunk, should_stop)
         self.ensemble.distribution()  # every member's tree scored once
 
     def complete(

@@ -24,15 +24,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+# the engine's choices, where it defines them (this imports numpy, not torch)
+from midword.engine.ensemble import COMBINES
+from midword.engine.generate import METHODS, MODES
+from midword.engine.hf_backend import DTYPES
+
 __all__ = ["RELOAD_FIELDS", "ServerOptions", "needs_reload", "parse_options"]
 
+# METHODS, MODES, DTYPES and COMBINES are the engine's own (imported above).
+# The server's own: the engine takes any torch device name, the extension offers these.
 DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("auto", "float32", "float16", "bfloat16", "float64")
-METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
-MODES = ("pbp", "bytes")
 MULTILINE = ("auto", "always", "never")
 LOG_LEVELS = ("error", "warning", "info", "debug")
-COMBINES = ("mix", "product")
 # a change to these reloads the model(s)
 RELOAD_FIELDS = ("model", "device", "dtype", "ensemble", "ensemble_weights", "ensemble_combine")
 

@@ -218,11 +218,8 @@ def _register_lifecycle(server: MidwordServer) -> None:
     @server.feature(INSPECT_REQUEST)
     async def inspect(ls: MidwordServer, params: Any) -> dict | None:
         uri = _uri_of(params)
-        doc = ls.controller.documents.get(uri) if uri else None
-        state = await ls.controller.live_state(uri) if uri else None
-        if state is not None and doc is not None:
-            state["version"] = doc.version
-        return state
+        # the state carries the version it belongs to: the document may change meanwhile
+        return await ls.controller.live_state(uri) if uri else None
 
     @server.feature(STATS_REQUEST)
     async def stats(ls: MidwordServer, params: Any) -> dict:

@@ -1,13 +1,21 @@
 """The model side of the server: one model, one worker thread, a live VCT per document.
 
-The event loop never touches the model. `ModelHost` runs every model call on a
-single worker thread (requests are serialized, so one model serves every
-document), loads models on a separate loader thread (so ``initialize`` is
-answered at once and completions answer empty while loading), and keeps one
-live document per open buffer (server/live.py): for one model a `Completer`,
-whose ByteSampler holds the document's live VCT and whose session holds the KV
-cache of the document's prompt window; for a byte-level ensemble one of each per
-member.
+The event loop never touches the model. `ModelHost` runs every model call on the
+single thread of a `Scheduler` (server/scheduler.py: calls first, then the newest
+completion request, then background syncs when nothing else waits), loads models
+on a separate loader thread (server/loading.py: ``initialize`` is answered at once
+and completions answer empty while loading), and keeps one live document per
+recently asked-about buffer (server/live.py): for one model a `Completer`, whose
+ByteSampler holds the document's live VCT and whose session holds the KV cache of
+the document's prompt window; for a byte-level ensemble one of each per member.
+
+What is dropped, and when (docs/design.md, "Scheduling"):
+
+* a request a newer one for the same document supersedes, before it runs;
+* a request whose document changed (or that was cancelled): at its next check,
+  before it starts, between prefill chunks and between decode steps;
+* a background sync for a document no request asked about lately (not live);
+* a background sync once a request or a call waits, or a newer edit came.
 
 Example (a fake model, no torch needed)::
 
@@ -18,40 +26,33 @@ Example (a fake model, no torch needed)::
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
     from midword.engine.generate import Settings
-    from midword.engine.vct import Engine
 
-from .live import Backend, EnsembleModels, LiveDocument, SingleModel
+from .live import Backend, LiveDocument
+from .loading import default_model_dir, load_backend, model_names, short_name
 from .memory import freeze_heap, release_memory, thaw_heap
 from .options import ServerOptions
+from .scheduler import Scheduler, Superseded
 from .scope import Scope, finalize
+from .watch import ModelWatcher
 
-__all__ = ["Answer", "ModelHost", "Request", "Status", "default_model_dir"]
+__all__ = ["Answer", "ModelHost", "Request", "Status", "Superseded", "default_model_dir"]
 
 log = logging.getLogger("midword.server")
 
 MAX_LIVE_DOCUMENTS = 8  # documents that keep a live VCT and KV cache (least recent dropped)
-WARMUP_PREFIX = b'def main():\n    print("hello")\n'
-SYNC_DELAY_S = 0.05  # a change's sync waits this long for a completion request (see sync)
-
-
-def default_model_dir() -> Path:
-    """The model shipped with midword (``models/default`` in the repository)."""
-    return Path(__file__).resolve().parent.parent / "models" / "default"
+SYNC_DELAY_S = 0.05  # a change's sync waits for a pause this long (see ModelHost.sync)
 
 
 @dataclass
@@ -81,8 +82,9 @@ class Request:
     settings: list[Settings]
     max_items: int
     budget: float  # seconds for generating items, counted once the covering tree is scored
-    is_current: Callable[[], bool] = lambda: True  # False: cancelled or superseded
+    is_current: Callable[[], bool] = lambda: True  # False: cancelled, or the document changed
     request_id: str = ""
+    version: int | None = None  # the document version the prefix was taken from
 
 
 @dataclass
@@ -99,11 +101,19 @@ class Answer:
     tokens: int = 0  # all tokens the model evaluated for this request
 
 
+@dataclass
+class _Held:
+    """A live document and the version of the text its VCT was last moved to."""
+
+    live: LiveDocument
+    version: int | None = None
+
+
 ProgressFn = Callable[[str, int], None]  # (message, percentage)
 
 
 class ModelHost:
-    """Owns the model: loading, the worker thread, per-document completers."""
+    """Owns the model: loading, the worker thread, per-document live state."""
 
     def __init__(
         self,
@@ -113,12 +123,10 @@ class ModelHost:
         self.on_status = on_status
         self.on_progress = on_progress
         self.status = Status("loading", "", "no model loaded yet")
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="midword-model")
+        self._worker = Scheduler()
         self._backend: Backend | None = None
-        self._documents: OrderedDict[str, LiveDocument] = OrderedDict()
-        self._pending_sync: dict[str, bytes] = {}
-        self._submitted: dict[int, Request] = {}  # by id: unfinished requests (_request_coming)
-        self._lock = threading.Lock()  # guards _pending_sync, _submitted, the load generation
+        self._documents: OrderedDict[str, _Held] = OrderedDict()  # worker thread only
+        self._lock = threading.Lock()  # guards the load generation
         self._generation = 0
         self._watchers: list[ModelWatcher] = []
 
@@ -144,8 +152,8 @@ class ModelHost:
         with self._lock:
             self._generation += 1
             generation = self._generation
-        names = list(options.ensemble) or [options.model or str(default_model_dir())]
-        name = " + ".join(_short(n) for n in names)
+        names = model_names(options)
+        name = " + ".join(short_name(n) for n in names)
         self._watch(names, options)
         self._set_status(Status("loading", name, "loading the model"))
         thread = threading.Thread(
@@ -156,9 +164,9 @@ class ModelHost:
 
     def _load(self, options: ServerOptions, names: list[str], generation: int) -> None:
         started = time.perf_counter()
-        name = " + ".join(_short(n) for n in names)
+        name = " + ".join(short_name(n) for n in names)
         try:
-            backend = self._load_backend(options, names)
+            backend = load_backend(options, names, self.on_progress)
         except Exception as exc:  # any failure leaves the server up, answering empty
             log.error("model load failed: %s", exc)
             if generation == self._generation:
@@ -170,47 +178,6 @@ class ModelHost:
         self._worker.submit(self.use, backend, name).result()
         log.info("model %s ready in %.1f s", name, time.perf_counter() - started)
         self.on_progress("", 100)
-
-    def _load_backend(self, options: ServerOptions, names: list[str]) -> Backend:
-        """One model, or the members of the configured ensemble (weights checked first)."""
-        if not options.ensemble:
-            return SingleModel(*self._load_parts(options, names[0], 0, 1))
-        from midword.engine.ensemble import check_weights
-
-        weights = options.ensemble_weights or (1.0,) * len(names)
-        check_weights(weights, len(names), options.ensemble_combine)  # before anything loads
-        members = [self._load_parts(options, n, k, len(names)) for k, n in enumerate(names)]
-        return EnsembleModels(members, weights, options.ensemble_combine)
-
-    def _load_parts(self, options: ServerOptions, name: str, k: int, n: int) -> tuple[Any, Engine]:
-        """Model ``k`` of ``n``: its tokenizer, covering-tree tables and weights."""
-        from midword.engine.backend import BackendError
-        from midword.engine.generate import Completer, Settings
-        from midword.engine.hf_backend import load_hf_model
-        from midword.engine.tokenizer import load_tokenizer
-        from midword.engine.vct import Engine
-
-        def progress(message: str, percent: int) -> None:
-            which = f" ({k + 1}/{n}: {_short(name)})" if n > 1 else ""
-            self.on_progress(message + which, (100 * k + percent) // n)
-
-        progress("reading the tokenizer", 5)
-        engine = Engine(load_tokenizer(name))
-        progress("building the covering-tree tables", 20)
-        _warm_engine(engine)
-        progress("loading the model weights", 50)
-        _quiet_transformers()
-        model = load_hf_model(name, device=options.device, dtype=options.dtype)
-        if model.vocab_size < engine.tok.size:
-            raise BackendError(
-                f"the model's vocabulary ({model.vocab_size}) is smaller than the "
-                f"tokenizer's ({engine.tok.size})"
-            )
-        if model.device.type == "cpu":
-            _limit_cpu_threads()
-        progress("warming up", 90)
-        Completer(model, engine).complete(WARMUP_PREFIX, Settings(max_tokens=2))
-        return model, engine
 
     def _watch(self, names: list[str], options: ServerOptions) -> None:
         for watcher in self._watchers:
@@ -235,132 +202,128 @@ class ModelHost:
         self._set_status(Status("ready", name, "ready"))
 
     # ------------------------------------------------------------------ documents
-    def sync(self, uri: str, prefix: bytes) -> None:
-        """Bring the document's live VCT to ``prefix`` soon (coalesced: the latest wins).
+    def is_live(self, uri: str) -> bool:
+        """The document holds a live VCT: a request asked about it lately."""
+        return uri in self._documents  # a read from any thread: a hint, checked again
 
-        Called from an event loop, the sync waits `SYNC_DELAY_S` first: editors ask for a
-        completion right after each change, and that request syncs the VCT itself, so a
-        sync queued at once would only wake the worker to find it has nothing to do (and
-        contend with the event loop for the GIL on every keystroke). It runs when typing
-        pauses without a request (a paste, a client that does not ask), to prefill the KV
-        cache. Called from anywhere else, it is queued at once.
+    def sync(self, uri: str, prefix: bytes, version: int | None = None) -> None:
+        """Bring a live document's VCT to ``prefix`` once typing pauses and nothing waits.
+
+        Background work, coalesced per document (the latest prefix wins) and debounced by
+        `SYNC_DELAY_S`: editors ask for a completion right after a change, and that
+        request moves the VCT itself. The sync is for the pauses with no request (a
+        paste, a client that does not ask): it prefills the KV cache. A document no
+        request asked about lately is not synced at all (its first request does it).
         """
-        with self._lock:
-            scheduled = uri in self._pending_sync
-            self._pending_sync[uri] = prefix
-        if scheduled:
+        if self.is_live(uri):
+            self._worker.background(uri, self._sync, uri, prefix, version, delay=SYNC_DELAY_S)
+
+    def _sync(self, uri: str, prefix: bytes, version: int | None, force: bool = False) -> None:
+        from midword.engine import PrefixError
+        from midword.engine.generate import Interrupted
+
+        if not self.ready:
             return
+        held = self._documents.get(uri)  # not moved up the LRU: nobody asked for it
+        if held is None or (not force and self._worker.has_request(uri)):
+            return  # not live any more, or a request for it moves the VCT itself
+
+        def stale() -> bool:  # a request or a call waits, or a newer edit was posted
+            return self._worker.busy() or self._worker.has_background(uri)
+
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._worker.submit(self._sync_pending, uri)
-        else:
-            loop.call_later(SYNC_DELAY_S, self._sync_if_pending, uri)
-
-    def _sync_if_pending(self, uri: str) -> None:
-        """Queue the delayed sync unless a request took it over meanwhile."""
-        with self._lock:
-            pending = uri in self._pending_sync
-        if pending:
-            with contextlib.suppress(RuntimeError):  # the host shut down meanwhile
-                self._worker.submit(self._sync_pending, uri)
-
-    def _sync_pending(self, uri: str) -> None:
-        from midword.engine.vct import PrefixError
-
-        with self._lock:
-            prefix = self._pending_sync.pop(uri, None)
-        if prefix is None or not self.ready or self._request_coming(uri):
-            return
-        try:
-            self._document(uri).sync(prefix)
+            held.version = version
+            held.live.sync(prefix, None if force else stale)
+        except Interrupted:
+            log.debug("sync of %s stopped: other work waits", uri)
         except PrefixError as exc:
             log.debug("sync of %s skipped: %s", uri, exc)
-        except Exception as exc:  # a model error here resurfaces on the next request
-            log.warning("sync of %s failed: %s", uri, exc)
 
     def close(self, uri: str) -> Future[None]:
         """Free the document's VCT and KV cache, and give the freed memory back to the OS."""
+        self._worker.take_background(uri)
         return self._worker.submit(self._drop, uri)
 
     def _drop(self, uri: str) -> None:
         self._documents.pop(uri, None)
         release_memory()
 
-    def _document(self, uri: str) -> LiveDocument:
-        document = self._documents.get(uri)
-        if document is None:
+    def _document(self, uri: str) -> _Held:
+        held = self._documents.get(uri)
+        if held is None:
             assert self._backend is not None  # callers check `ready`
-            document = self._backend.document()
-            self._documents[uri] = document
+            held = self._documents[uri] = _Held(self._backend.document())
             while len(self._documents) > MAX_LIVE_DOCUMENTS:
                 self._documents.popitem(last=False)
         self._documents.move_to_end(uri)
-        return document
+        return held
 
     def live_documents(self) -> Future[int]:
         """How many documents hold a live VCT and KV cache."""
         return self._worker.submit(len, self._documents)
 
-    def live_state(self, uri: str) -> Future[dict[str, Any] | None]:
-        """The document's live VCT: prefix and tree (for tests and debugging)."""
+    def live_state(
+        self, uri: str, latest: tuple[bytes, int | None] | None = None
+    ) -> Future[dict[str, Any] | None]:
+        """A live document's VCT: prefix, tree and the document version they belong to,
+        first brought to ``latest`` (prefix, version) when given (tests and debugging).
+        None for a document with no live VCT."""
 
         def read() -> dict[str, Any] | None:
-            self._sync_pending(uri)  # a delayed sync still waiting: the state after it
-            document = self._documents.get(uri)
-            return document.state() if document is not None else None
+            self._worker.take_background(uri)  # a delayed sync: done now, or superseded
+            held = self._documents.get(uri)
+            if held is None:
+                return None
+            if latest is not None and (held.version != latest[1] or latest[1] is None):
+                self._sync(uri, *latest, force=True)
+            return {**held.live.state(), "version": held.version}
 
         return self._worker.submit(read)
 
     # ------------------------------------------------------------------ completions
     def submit(self, request: Request) -> Future[Answer]:
-        with self._lock:
-            self._submitted[id(request)] = request
-        future = self._worker.submit(self._complete, request)
-        future.add_done_callback(lambda _: self._forget_request(request))  # cancelled too
-        return future
-
-    def _forget_request(self, request: Request) -> None:
-        with self._lock:
-            self._submitted.pop(id(request), None)
-
-    def _request_coming(self, uri: str) -> bool:
-        """A current request for ``uri`` waits behind this task (one worker thread: an
-        unfinished request is a queued one). It moves the live VCT to its own prefix and
-        scores it in one forward pass, so a sync now would only add a pass of its own:
-        editors ask for a completion right after each change."""
-        with self._lock:
-            return any(r.uri == uri and r.is_current() for r in self._submitted.values())
+        """Queue a completion; a waiting request for the same document is superseded
+        (its future raises `Superseded`), a running one stops at its next check."""
+        return self._worker.request(request.uri, self._complete, request)
 
     def _complete(self, req: Request) -> Answer:
+        from midword.engine import PrefixError
         from midword.engine.generate import Interrupted
-        from midword.engine.vct import PrefixError
 
         if not self.ready:
             return Answer(reason=self.status.message)
-        if not req.is_current():
+
+        def stop() -> bool:  # cancelled, the document changed, or a newer request waits
+            return not req.is_current() or self._worker.has_request(req.uri)
+
+        if stop():
             raise Interrupted("superseded before it started")
         started = time.perf_counter()
-        document = self._document(req.uri)
-        with self._lock:
-            self._pending_sync.pop(req.uri, None)  # this request syncs the VCT itself
-        tokens_before = document.inference_tokens
+        held = self._document(req.uri)
+        self._worker.take_background(req.uri)  # this request syncs the VCT itself
+        tokens_before = held.live.inference_tokens
         try:
-            document.prepare(req.prefix, req.settings[0].method)
+            held.version = req.version
+            held.live.prepare(req.prefix, req.settings[0].method, stop)
         except PrefixError as exc:
             return Answer(reason=f"cannot complete here: {exc}")
         answer = Answer(sync_ms=_ms(started))
-        answer.tree_tokens = document.inference_tokens - tokens_before
+        answer.tree_tokens = held.live.inference_tokens - tokens_before
         # The budget bounds generation, not the prompt's first prefill: a cold buffer must
         # still get an answer (later keystrokes reuse the cache and are fast).
         deadline = time.perf_counter() + req.budget
-        self._sample_items(document, req, answer, deadline)
-        answer.tokens = document.inference_tokens - tokens_before
+        self._sample_items(held.live, req, answer, deadline, stop)
+        answer.tokens = held.live.inference_tokens - tokens_before
         answer.model_ms = _ms(started) - answer.sync_ms - answer.post_ms
         return answer
 
     def _sample_items(
-        self, document: LiveDocument, req: Request, answer: Answer, deadline: float
+        self,
+        document: LiveDocument,
+        req: Request,
+        answer: Answer,
+        deadline: float,
+        stop: Callable[[], bool],
     ) -> None:
         from midword.engine.backend import BackendError
 
@@ -369,11 +332,7 @@ class ModelHost:
                 break
             try:
                 result = document.complete(
-                    req.prefix,
-                    settings,
-                    should_stop=lambda: not req.is_current(),
-                    cut=req.scope.cut,
-                    deadline=deadline,
+                    req.prefix, settings, should_stop=stop, cut=req.scope.cut, deadline=deadline
                 )
             except BackendError as exc:
                 log.warning("completion failed: %s", exc)
@@ -392,73 +351,8 @@ class ModelHost:
     def shutdown(self) -> None:
         for watcher in self._watchers:
             watcher.stop()
-        self._worker.shutdown(wait=False, cancel_futures=True)
+        self._worker.shutdown()
         thaw_heap()
-
-
-class ModelWatcher:
-    """Calls ``on_change`` when files in a model directory change (watchfiles, debounced)."""
-
-    def __init__(self, path: Path, on_change: Callable[[], None]) -> None:
-        self.path = path
-        self.on_change = on_change
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="midword-watch", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        try:
-            from watchfiles import watch
-        except ImportError:
-            log.info("watchfiles is not installed: model changes are not watched")
-            return
-        try:
-            for _changes in watch(self.path, stop_event=self._stop, debounce=1500):
-                if self._stop.is_set():
-                    return
-                self.on_change()
-                return  # the reload starts a new watcher
-        except Exception as exc:  # e.g. the folder was removed: keep serving
-            log.warning("stopped watching %s: %s", self.path, exc)
-
-
-def _warm_engine(engine: Engine) -> None:
-    """Build the engine's per-token tables now (cached on disk) rather than on first use."""
-    from midword.engine.vct import build_tree
-
-    build_tree(engine, WARMUP_PREFIX)
-
-
-def _limit_cpu_threads() -> None:
-    """Half the cores for torch (MIDWORD_THREADS overrides): the editor and the rest of the
-    machine keep the others, and an oversubscribed OpenMP pool is many times slower
-    (measured here: a 1-token step took 16 ms on 1 thread, 194 ms on 2 under load)."""
-    import torch
-
-    wanted = os.environ.get("MIDWORD_THREADS", "")
-    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else (os.cpu_count() or 2) // 2
-    torch.set_num_threads(max(1, threads))
-
-
-def _quiet_transformers() -> None:
-    """No progress bars or advisory warnings from transformers (stderr noise in the log)."""
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:
-        pass
-
-
-def _short(name: str) -> str:
-    path = Path(name)
-    return path.name if path.name and path.exists() else name
 
 
 def _ms(since: float) -> float:

@@ -7,8 +7,8 @@ import random
 
 import pytest
 import pytest_lsp
+from midword.engine import build_tree, load_engine
 from midword.engine.generate import Completer, Settings
-from midword.engine.vct import build_tree, load_engine
 from midword.server.scope import finalize, indent_unit, scope_for
 from pytest_lsp import LanguageClient
 
@@ -94,6 +94,7 @@ async def test_live_vct_equals_a_fresh_build(session: Session, seed: int) -> Non
     rng = random.Random(seed)
     engine = load_engine(MODEL_DIR)
     buf = Buffer(session.client, f"untitled:Untitled-{seed}", SOURCE[: rng.randrange(60)])
+    await buf.inline()  # a document asked about keeps a live VCT, which edits then move
     for step in range(120):
         random_edit(buf, rng)
         if step % 30 == 29:

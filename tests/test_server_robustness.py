@@ -488,7 +488,12 @@ async def test_a_storm_of_cancels_leaves_the_server_serving(session: Session) ->
         assert not isinstance(outcome, Exception) or (
             isinstance(outcome, JsonRpcException) and outcome.code == REQUEST_CANCELLED
         ), outcome
-    assert cancelled >= len(ids) // 2, f"only {cancelled} of {len(ids)} were cancelled"
+    # A request that a newer one for the same document superseded is answered empty at
+    # once (it never reaches the model): all but the last are cancelled or superseded.
+    superseded = sum(
+        not isinstance(o, Exception) and not field(o, "items") for o in outcomes[:-1]
+    )
+    assert cancelled + superseded >= len(ids) - 1, (cancelled, superseded)
     # Cancels for unknown or finished requests are harmless.
     for i in [*ids[:5], "never-sent", 12345]:
         client.protocol.notify("$/cancelRequest", types.CancelParams(id=i))
@@ -823,8 +828,10 @@ async def dying_client() -> None:
         await client.initialize({"timeBudgetMs": 60000, "maxTokens": 400, "maxItems": 8})
         await client.wait_state("ready", "error")
         text = SNIPPET + "\n\ndef helper(values):\n"
-        client.open("file:///tmp/dying.py", text)
-        pending = [client.inline("file:///tmp/dying.py", text.count("\n"), 0, 1) for _ in range(4)]
+        uris = [f"file:///tmp/dying-{n}.py" for n in range(4)]  # one request per document:
+        for uri in uris:  # a newer one for the same document would supersede the others
+            client.open(uri, text)
+        pending = [client.inline(uri, text.count("\n"), 0, 1) for uri in uris]
         await asyncio.sleep(0.3)
         print(json.dumps({"pid": proc.pid, "busy": not any(p.done() for p in pending)}), flush=True)
         await asyncio.sleep(3600)

@@ -3,23 +3,19 @@ plain computations give (tests/test_server_equivalence.py checks the whole serve
 
 from __future__ import annotations
 
-import asyncio
 import random
-import threading
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from midword.engine import load_engine
 from midword.engine.backend import FakeModel, _common_prefix_len, _list_lcp
 from midword.engine.generate import Completer, Settings, _choose, _LazyRng, _pick
 from midword.engine.sampling import Transform
-from midword.engine.vct import load_engine
 from midword.server.controller import Controller
 from midword.server.document import GROW_LIMIT, Cursor, Document, Range, _cut_long_line
-from midword.server.live import SingleModel
-from midword.server.scope import Scope, indent_unit
-from midword.server.worker import SYNC_DELAY_S, ModelHost, Request
+from midword.server.scope import indent_unit
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB = 40
@@ -124,121 +120,6 @@ def test_kept_leaf_set_is_the_fresh_one(engine, fake) -> None:
             want = fresh.sampler.leaf_set(transform)
             for field in ("node", "token", "weights"):
                 np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
-
-
-def _request(uri: str, prefix: bytes, is_current=lambda: True) -> Request:  # noqa: ANN001
-    return Request(
-        uri=uri,
-        prefix=prefix,
-        scope=Scope(multiline=True),
-        indent_unit="    ",
-        settings=[Settings(max_tokens=4)],
-        max_items=1,
-        budget=60.0,
-        is_current=is_current,
-    )
-
-
-def _host(engine, fake) -> tuple[ModelHost, list[bytes]]:  # noqa: ANN001
-    """A host on the fake model whose documents record the prefixes they sync to."""
-    host = ModelHost()
-    backend = SingleModel(fake, engine)
-    synced: list[bytes] = []
-    make = backend.document
-
-    def document():  # noqa: ANN202
-        doc = make()
-        sync = doc.sync
-        doc.sync = lambda prefix: (synced.append(prefix), sync(prefix))[1]
-        return doc
-
-    backend.document = document
-    host._worker.submit(host.use, backend, "fake").result()
-    return host, synced
-
-
-def _queued_behind_a_blocker(host: ModelHost, jobs) -> None:  # noqa: ANN001
-    """Run ``jobs`` (callables that queue work) while the worker is held, then release it."""
-    gate = threading.Event()
-    host._worker.submit(gate.wait)
-    jobs()
-    gate.set()
-
-
-@pytest.mark.parametrize("current", [True, False])
-def test_sync_is_left_to_a_queued_current_request(engine, fake, current: bool) -> None:
-    host, synced = _host(engine, fake)
-    prefix = b"import os\n\ndef walk(ro"
-    futures = []
-
-    def jobs() -> None:
-        host.sync("file:///a.py", prefix)
-        futures.append(host.submit(_request("file:///a.py", prefix, lambda: current)))
-
-    _queued_behind_a_blocker(host, jobs)
-    if current:
-        answer = futures[0].result()
-        reference, _ = _host(engine, fake)  # the sync runs first there
-        reference.sync("file:///a.py", prefix)
-        reference.live_documents().result()  # the sync has run
-        want = reference.submit(_request("file:///a.py", prefix)).result()
-        reference.shutdown()
-        assert synced == [] and answer.texts == want.texts and answer.texts
-    else:
-        with pytest.raises(Exception, match="superseded"):
-            futures[0].result()
-        assert synced == [prefix]  # nothing else brings the live tree to the edit
-    assert host.live_state("file:///a.py").result()["prefix"] == prefix.hex()
-    assert host._submitted == {}
-    host.shutdown()
-
-
-def test_sync_of_another_document_still_runs(engine, fake) -> None:
-    host, synced = _host(engine, fake)
-
-    def jobs() -> None:
-        host.sync("file:///a.py", b"x = 1")
-        host.submit(_request("file:///b.py", b"y = 2"))
-
-    _queued_behind_a_blocker(host, jobs)
-    host.live_documents().result()
-    assert synced == [b"x = 1"]
-    host.shutdown()
-
-
-def test_sync_from_the_event_loop_waits_for_a_pause(engine, fake) -> None:
-    """didChange from the event loop: no sync while a completion request follows at once;
-    after a pause with no request the sync runs by itself."""
-    host, synced = _host(engine, fake)
-
-    async def typing() -> None:
-        host.sync("file:///a.py", b"x = 1")
-        assert host._worker._work_queue.qsize() == 0  # nothing queued at the change
-        await asyncio.wrap_future(host.submit(_request("file:///a.py", b"x = 1")))
-        await asyncio.sleep(3 * SYNC_DELAY_S)
-        assert synced == []  # the request synced the VCT itself
-        host.sync("file:///a.py", b"x = 12")
-        for _ in range(200):  # the delayed sync, with no request coming
-            await asyncio.sleep(SYNC_DELAY_S)
-            if synced:
-                break
-        assert synced == [b"x = 12"]
-
-    asyncio.run(typing())
-    host.shutdown()
-
-
-def test_live_state_includes_a_sync_still_waiting(engine, fake) -> None:
-    host, synced = _host(engine, fake)
-
-    async def change_then_inspect() -> dict | None:
-        host.sync("file:///a.py", b"def f(x")
-        return await asyncio.wrap_future(host.live_state("file:///a.py"))
-
-    state = asyncio.run(change_then_inspect())
-    assert state is not None and state["prefix"] == b"def f(x".hex()
-    assert synced == [b"def f(x"]
-    host.shutdown()
 
 
 PIECES = ["a", "  ", "\t", "\n", "\n    ", "\n  ", "x = 1\n", "中", "\n\n", "def f():\n    "]

@@ -1,0 +1,124 @@
+"""Loading the configured model(s) for the server: tokenizer, covering-tree tables, weights.
+
+Everything here runs on the loader thread, never on the model worker or the event
+loop; `load_backend` returns the `Backend` that the worker then switches to.
+Another source of models (GGUF files, a remote engine) joins here: it returns a
+`Backend` like the ones below, and the worker serves it unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
+    from midword.engine import Engine
+
+from .live import Backend, EnsembleModels, SingleModel
+from .options import ServerOptions
+
+__all__ = ["WARMUP_PREFIX", "default_model_dir", "load_backend", "short_name"]
+
+WARMUP_PREFIX = b'def main():\n    print("hello")\n'
+ProgressFn = Callable[[str, int], None]  # (message, percentage)
+
+
+def default_model_dir() -> Path:
+    """The model used when none is named (:func:`midword.models.default_model`, found in
+    a wheel as in a checkout); when it is missing, where the shipped model belongs, so
+    that loading reports that folder as missing."""
+    from midword.models import CHECKOUT_TEST_MODEL, ModelNotFoundError, default_model
+
+    try:
+        return default_model()
+    except ModelNotFoundError:
+        return CHECKOUT_TEST_MODEL
+
+
+def model_names(options: ServerOptions) -> list[str]:
+    """The model folders or names the options ask for (the ensemble's, or one)."""
+    return list(options.ensemble) or [options.model or str(default_model_dir())]
+
+
+def load_backend(options: ServerOptions, names: list[str], on_progress: ProgressFn) -> Backend:
+    """One model, or the members of the configured ensemble (weights checked first)."""
+    if not options.ensemble:
+        return SingleModel(*_load_parts(options, names[0], 0, 1, on_progress))
+    from midword.engine.ensemble import check_weights
+
+    weights = options.ensemble_weights or (1.0,) * len(names)
+    check_weights(weights, len(names), options.ensemble_combine)  # before anything loads
+    members = [
+        _load_parts(options, name, k, len(names), on_progress) for k, name in enumerate(names)
+    ]
+    return EnsembleModels(members, weights, options.ensemble_combine)
+
+
+def _load_parts(
+    options: ServerOptions, name: str, k: int, n: int, on_progress: ProgressFn
+) -> tuple[Any, Engine]:
+    """Model ``k`` of ``n``: its tokenizer, covering-tree tables and weights."""
+    from midword.engine import Engine
+    from midword.engine.backend import BackendError
+    from midword.engine.generate import Completer, Settings
+    from midword.engine.hf_backend import load_hf_model
+    from midword.engine.tokenizer import load_tokenizer
+
+    def progress(message: str, percent: int) -> None:
+        which = f" ({k + 1}/{n}: {short_name(name)})" if n > 1 else ""
+        on_progress(message + which, (100 * k + percent) // n)
+
+    progress("reading the tokenizer", 5)
+    engine = Engine(load_tokenizer(name))
+    progress("building the covering-tree tables", 20)
+    _warm_engine(engine)
+    progress("loading the model weights", 50)
+    _quiet_transformers()
+    model = load_hf_model(name, device=options.device, dtype=options.dtype)
+    if model.vocab_size < engine.tok.size:
+        raise BackendError(
+            f"the model's vocabulary ({model.vocab_size}) is smaller than the "
+            f"tokenizer's ({engine.tok.size})"
+        )
+    if model.device.type == "cpu":
+        _limit_cpu_threads()
+    progress("warming up", 90)
+    Completer(model, engine).complete(WARMUP_PREFIX, Settings(max_tokens=2))
+    return model, engine
+
+
+def _warm_engine(engine: Engine) -> None:
+    """Build the engine's per-token tables now (cached on disk) rather than on first use."""
+    from midword.engine import build_tree
+
+    build_tree(engine, WARMUP_PREFIX)
+
+
+def _limit_cpu_threads() -> None:
+    """Half the cores for torch (MIDWORD_THREADS overrides): the editor and the rest of the
+    machine keep the others, and an oversubscribed OpenMP pool is many times slower
+    (measured here: a 1-token step took 16 ms on 1 thread, 194 ms on 2 under load)."""
+    import torch
+
+    wanted = os.environ.get("MIDWORD_THREADS", "")
+    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else (os.cpu_count() or 2) // 2
+    torch.set_num_threads(max(1, threads))
+
+
+def _quiet_transformers() -> None:
+    """No progress bars or advisory warnings from transformers (stderr noise in the log)."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
+def short_name(name: str) -> str:
+    """A model folder's last part (the name shown in the status), else the name itself."""
+    path = Path(name)
+    return path.name if path.name and path.exists() else name
