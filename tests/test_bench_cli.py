@@ -7,7 +7,6 @@ temporary .jsonl.gz), so it runs where the real data is absent (CI).
 
 from __future__ import annotations
 
-import doctest
 import gzip
 import json
 from pathlib import Path
@@ -186,12 +185,6 @@ def test_function_boundary_and_cut_kinds() -> None:
         return  # the real data is not on this machine; the synthetic kinds above still ran
     kinds = [humaneval.cut_kind(p) for p in real]
     assert (kinds.count("mid-word"), kinds.count("after space")) == (490, 585)  # docs/design.md
-
-
-def test_docstring_examples() -> None:
-    for module in (common, data, humaneval, charlm, overhead):
-        result = doctest.testmod(module)
-        assert result.failed == 0, module.__name__
 
 
 def test_counted_tokens_equal_a_cold_cache() -> None:

@@ -129,16 +129,32 @@ def test_leaf_tables_on_candidates_equal_the_whole_vocabulary(engine: Engine, te
 
 def test_whole_word_drops_follow_the_rule(engine: Engine, monkeypatch) -> None:  # noqa: ANN001
     """``continues`` is almost always true on real text; a stricter one (still implying
-    the B mask, as the real one does) makes the drop path run."""
-    real = engine.tables.continues
-    monkeypatch.setattr(
-        engine.tables,
-        "continues",
-        lambda chain, n, t, exts: real(chain, n, t, exts) and t % 3 != 0,
-    )
+    the B mask, as the real one does) makes the drop path run, and the checking builder
+    compares its verdicts with the reference's."""
+    if not engine.tok.ignore_merges:
+        pytest.skip("without ignore_merges there are no whole words: continues is never asked")
+    real, real_reference = engine.tables.continues, _reference_verdicts
+    dropped: list[int] = []
+    compared: list[int] = []
+
+    def stricter(chain, n, t, exts) -> bool:  # noqa: ANN001
+        verdict = real(chain, n, t, exts)
+        if verdict and t % 3 == 0:
+            dropped.append(t)
+            return False
+        return verdict
+
+    def reference(*args):  # noqa: ANN002, ANN202
+        compared.append(1)
+        return real_reference(*args)
+
+    monkeypatch.setattr(engine.tables, "continues", stricter)
+    monkeypatch.setitem(globals(), "_reference_verdicts", reference)
     for text in TEXTS[:2]:
         for region in _regions(engine, text):
             _Checking(engine, region).run()
+    assert dropped, "the stricter rule never dropped a whole word: the drop path did not run"
+    assert compared, "no verdicts were compared with the reference"
 
 
 def test_remembered_continues_verdicts_equal_fresh_ones(engine: Engine, monkeypatch) -> None:  # noqa: ANN001
