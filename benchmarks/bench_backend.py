@@ -130,12 +130,12 @@ def bench_tree(hf: object, rng: random.Random, n: int, args: object, cache_cls: 
 
     kv = cache_cls()  # our adapter, used here only to drop the rows a call appended
     with torch.inference_mode():
-        hf.model(input_ids=torch.tensor([trunk], device=hf.device), past_key_values=kv.hf)
+        hf.model(input_ids=torch.tensor([trunk], device=hf.device), **kv.forward_kwargs(hf.model))
     new = torch.tensor([[rng.randrange(8192) for _ in range(n)]], device=hf.device)  # [1, N]
 
     def base() -> None:
         with torch.inference_mode():
-            hf.model(input_ids=new, past_key_values=kv.hf, use_cache=True)
+            hf.model(input_ids=new, **kv.forward_kwargs(hf.model), use_cache=True)
             kv.select_rows(range(args.trunk))
 
     name = f"tree: {n} nodes on trunk {args.trunk}"
@@ -158,12 +158,12 @@ def bench_step(hf: object, rng: random.Random, args: object, cache_cls: type):
 
     kv = cache_cls()  # our adapter, used here only to drop the rows a call appended
     with torch.inference_mode():
-        hf.model(input_ids=torch.tensor([trunk], device=hf.device), past_key_values=kv.hf)
+        hf.model(input_ids=torch.tensor([trunk], device=hf.device), **kv.forward_kwargs(hf.model))
     one = torch.tensor([[11]], device=hf.device)  # [1, 1]
 
     def base() -> None:
         with torch.inference_mode():
-            hf.model(input_ids=one, past_key_values=kv.hf, use_cache=True)
+            hf.model(input_ids=one, **kv.forward_kwargs(hf.model), use_cache=True)
             kv.select_rows(range(args.trunk))
 
     name = f"step: 1 token on trunk {args.trunk}"

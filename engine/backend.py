@@ -5,7 +5,7 @@ a set of short *paths* hanging off it (a trie: the internal nodes of a Valid
 Covering Tree), what is the next-token distribution after ``bos? + trunk + path``
 for every path? The path ``()`` means "right after the trunk".
 
-A session answers it incrementally (DESIGN.md section 3, paper appendix C.1):
+A session answers it incrementally (docs/design.md, paper appendix C.1):
 
 * the cache holds one row (K/V) per token of the *absolute* context: one per
   trunk token (plus BOS) and one per distinct trie node of the current paths;
@@ -162,6 +162,31 @@ class ForwardStep:
                 mask[q, row] = True
                 row = int(self.row_parent[row])
         return mask
+
+    def row_positions(self) -> np.ndarray:
+        """int64 [K+Q]: position id of every row (its depth in its own context).
+
+        A sliding-window layer lets a token see an ancestor only if their positions
+        differ by less than the window; this gives the positions of the kept rows too.
+
+        Example (trunk [5, 6] cached, new node (7,) and its child (8,)):
+            >>> s = ForwardStep(keep=np.arange(2), tokens=np.array([7, 8]),
+            ...                 positions=np.array([2, 3]), row_parent=np.array([-1, 0, 1, 2]),
+            ...                 trunk_rows=np.arange(2), logit_queries=np.array([1]),
+            ...                 order=np.arange(4))
+            >>> s.row_positions().tolist()
+            [0, 1, 2, 3]
+        """
+        n_keep = len(self.keep)
+        positions = np.full(n_keep + len(self.tokens), -1, dtype=np.int64)  # [K+Q]
+        positions[self.trunk_rows] = np.arange(len(self.trunk_rows))
+        positions[n_keep:] = self.positions
+        for row in np.flatnonzero(positions < 0):  # kept trie nodes: parents come first
+            parent = int(self.row_parent[row])
+            if positions[parent] < 0:
+                raise AssertionError(f"kept row {row} comes before its parent row {parent}")
+            positions[row] = positions[parent] + 1
+        return positions
 
 
 class _Entry:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,35 +33,231 @@ import numpy as np
 
 from .backend import BackendError, ForwardStep, TreeScoringSession
 from .cpu_head import speed_up_output_head
-from .kvcache import KVCache, UnsupportedCacheError
+from .kvcache import KVCache, UnsupportedCacheError, cache_argument
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
-__all__ = ["DTYPES", "HFModel", "HFSession", "load_hf_model", "resolve_device"]
+__all__ = [
+    "DTYPES",
+    "VERIFIED_ARCHITECTURES",
+    "HFModel",
+    "HFSession",
+    "available_devices",
+    "load_hf_model",
+    "resolve_device",
+    "tree_mask_plan",
+]
 
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 _MASKABLE_ATTENTION = (None, "eager", "sdpa")  # implementations that accept a float 4D mask
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    """ "auto" picks cuda, then mps, then cpu; anything else is passed to torch.device.
+    """ "auto" picks cuda, then mps, then cpu; anything else must be a device this torch has.
+
+    Asking for a device that is not there is a `BackendError` that says what was asked,
+    what this torch offers, and how to get a CUDA build (not torch's own AssertionError
+    at the first tensor moved there).
 
     Example:
         >>> resolve_device("cpu")
         device(type='cpu')
+        >>> try:
+        ...     resolve_device("tpu9")
+        ... except BackendError as exc:
+        ...     print(str(exc).split(";")[0])
+        unknown device 'tpu9'
     """
     import torch
 
-    if device != "auto":
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps") if _mps_available() else torch.device("cpu")
+    try:
+        wanted = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise BackendError(
+            f"unknown device {device!r}; this torch offers: {available_devices()}"
+        ) from exc
+    _check_device_available(device, wanted)
+    return wanted
+
+
+def _mps_available() -> bool:
+    import torch
+
     mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    return mps is not None and mps.is_available()
+
+
+def available_devices() -> str:
+    """The devices this torch can use, in words: "cpu", "cuda (2 devices)", "mps".
+
+    Example:
+        >>> available_devices().startswith("cpu")
+        True
+    """
+    import torch
+
+    offered = ["cpu"]
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        offered.append(f"cuda ({count} device{'s' if count != 1 else ''}: cuda:0..{count - 1})")
+    if _mps_available():
+        offered.append("mps")
+    return ", ".join(offered)
+
+
+_CUDA_INSTALL_HINT = (
+    "to use an NVIDIA GPU, install the CUDA build of torch, e.g. "
+    "`pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128` "
+    "(pick the command for your CUDA driver at https://pytorch.org/get-started/locally/)"
+)
+
+
+def _check_device_available(asked: str, wanted: torch.device) -> None:
+    """BackendError unless `wanted` (parsed from `asked`) exists on this machine."""
+    import torch
+
+    if wanted.type == "cpu":
+        return
+    offers = f"this torch ({torch.__version__}) offers: {available_devices()}"
+    if wanted.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = (
+                "it is a CPU-only build"
+                if torch.version.cuda is None
+                else f"it is built for CUDA {torch.version.cuda} but sees no GPU (driver, "
+                "CUDA_VISIBLE_DEVICES?)"
+            )
+            raise BackendError(
+                f"device {asked!r} was asked for, but {offers}; {why}; {_CUDA_INSTALL_HINT}"
+            )
+        if wanted.index is not None and wanted.index >= count:
+            raise BackendError(f"device {asked!r} was asked for, but {offers}")
+        return
+    if wanted.type == "mps":
+        if not _mps_available():
+            raise BackendError(
+                f"device {asked!r} was asked for, but {offers}; mps needs Apple silicon "
+                "and macOS 12.3 or later"
+            )
+        return
+    try:  # other backends (xpu, ...): a tensor there is the test
+        torch.empty(0, device=wanted)
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        raise BackendError(f"device {asked!r} was asked for, but {offers}") from exc
+
+
+# --------------------------------------------------------------------------------------
+# Which architectures take the tree mask exactly
+# --------------------------------------------------------------------------------------
+
+# How a decoder reads the 4D mask it is given (transformers 5; tests/test_architectures.py
+# checks each against plain forward passes, sliding windows included):
+_ONE_MASK = "one mask"  # every layer reads the mask as is; no sliding window in its code
+_ONE_WINDOW = "one mask, config.sliding_window"  # ... and every layer slides when it is set
+_BY_LAYER_TYPE = "a mask per config.layer_types"  # {"full_attention": m, "sliding_attention": m}
+
+VERIFIED_ARCHITECTURES: dict[str, str] = {
+    "deepseek_v3": _ONE_MASK,
+    "gemma": _ONE_MASK,
+    "gemma2": _BY_LAYER_TYPE,
+    "gemma3_text": _BY_LAYER_TYPE,
+    "gpt2": _ONE_MASK,
+    "gpt_bigcode": _ONE_MASK,
+    "gpt_neox": _ONE_MASK,
+    "granite": _ONE_MASK,
+    "llama": _ONE_MASK,
+    "mistral": _ONE_WINDOW,
+    "mixtral": _ONE_WINDOW,
+    "olmo": _ONE_MASK,
+    "olmo2": _ONE_MASK,
+    "phi": _ONE_MASK,
+    "phi3": _ONE_WINDOW,
+    "qwen2": _BY_LAYER_TYPE,
+    "qwen2_moe": _BY_LAYER_TYPE,
+    "qwen3": _BY_LAYER_TYPE,
+    "starcoder2": _ONE_WINDOW,
+}
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+# rotations that depend on the longest position in the batch: rows cached earlier were
+# rotated for a shorter context than the one a plain forward pass would see
+_CONTEXT_DEPENDENT_ROPE = ("dynamic", "longrope")
+
+
+@dataclass(frozen=True)
+class TreeMaskPlan:
+    """How the tree mask is handed to a model's decoder.
+
+    window: tokens a query of a sliding-window layer sees, itself included (None: no
+    sliding layers); by_layer_type: the decoder takes a dict of masks by layer type.
+    """
+
+    window: int | None = None
+    by_layer_type: bool = False
+
+
+def tree_mask_plan(config: Any) -> TreeMaskPlan:
+    """The `TreeMaskPlan` for a model config, or BackendError if its attention cannot take
+    the tree mask exactly (an architecture nobody checked, a layer type other than full or
+    sliding attention, a rotary embedding that depends on the context length).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> tree_mask_plan(SimpleNamespace(model_type="mistral", sliding_window=4096))
+        TreeMaskPlan(window=4096, by_layer_type=False)
+        >>> try:
+        ...     tree_mask_plan(SimpleNamespace(model_type="mamba"))
+        ... except BackendError as exc:
+        ...     print(str(exc)[:59])
+        architecture 'mamba' has not been verified to take the tree
+    """
+    kind = getattr(config, "model_type", None)
+    how = VERIFIED_ARCHITECTURES.get(kind or "")
+    if how is None:
+        raise BackendError(
+            f"architecture {kind!r} has not been verified to take the tree mask exactly "
+            f"(midword scores a covering tree in one forward pass); verified: "
+            f"{', '.join(sorted(VERIFIED_ARCHITECTURES))}"
+        )
+    _check_rope(kind, config)
+    window = getattr(config, "sliding_window", None)
+    layer_types = list(getattr(config, "layer_types", None) or [])
+    odd = sorted(set(layer_types) - set(_LAYER_TYPES))
+    if odd:
+        raise BackendError(f"architecture {kind!r}: layer types {odd} cannot take a tree mask")
+    sliding = "sliding_attention" in layer_types
+    if how == _BY_LAYER_TYPE:
+        if sliding and not window:
+            raise BackendError(f"architecture {kind!r}: sliding layers without a sliding_window")
+        return TreeMaskPlan(window=int(window) if sliding else None, by_layer_type=True)
+    if sliding and how == _ONE_MASK:
+        raise BackendError(f"architecture {kind!r} is not verified with sliding-window layers")
+    if how == _ONE_WINDOW and window:
+        return TreeMaskPlan(window=int(window))
+    return TreeMaskPlan()
+
+
+def _check_rope(kind: str | None, config: Any) -> None:
+    """BackendError for rotary embeddings whose frequencies follow the context length."""
+    found: list[str] = []
+    for params in (getattr(config, "rope_parameters", None), getattr(config, "rope_scaling", None)):
+        if not isinstance(params, dict):
+            continue
+        nested = [v for v in params.values() if isinstance(v, dict)]  # per layer type
+        for entry in nested or [params]:
+            found.append(str(entry.get("rope_type") or entry.get("type") or "default"))
+    bad = sorted(set(found) & set(_CONTEXT_DEPENDENT_ROPE))
+    if bad:
+        raise BackendError(
+            f"architecture {kind!r} uses rope type {bad[0]!r}, whose rotation depends on the "
+            "whole context's length: cached rows cannot be reused exactly"
+        )
 
 
 def _resolve_dtype(dtype: str, device: torch.device) -> Any:
@@ -97,6 +294,14 @@ def load_hf_model(
     torch_device = resolve_device(device)
     torch_dtype = _resolve_dtype(dtype, torch_device)
     config = _load_config(name, source)
+    _check_causal_architecture(name, config)
+    _check_causal_model_type(name, config)
+    try:  # refuse an architecture the tree mask would be wrong for, before loading weights
+        tree_mask_plan(config)
+    except BackendError as exc:
+        raise BackendError(f"model {name}: {exc}") from exc
+    if getattr(config, "attn_logit_softcapping", None):
+        attn_implementation = "eager"  # sdpa has no soft-capping (transformers refuses it)
     with _quiet_loading():
         model = _load_weights(name, source, config, torch_dtype, attn_implementation)
     try:
@@ -204,6 +409,17 @@ def _check_causal_architecture(name: str, config: Any) -> None:
         )
 
 
+def _check_causal_model_type(name: str, config: Any) -> None:
+    """BackendError when transformers has no causal LM class for the config's model_type."""
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except ImportError:  # moved in some version: from_pretrained's own error says it later
+        return
+    kind = getattr(config, "model_type", None)
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise BackendError(f"model {name} is not a causal language model (model_type={kind})")
+
+
 def _dtype_kwarg() -> str:
     """Name of from_pretrained's dtype argument: "dtype" since transformers 4.56."""
     import transformers
@@ -241,6 +457,11 @@ class HFModel:
             raise BackendError(
                 f"attention implementation {impl!r} cannot take a tree mask; use sdpa or eager"
             )
+        if getattr(model.config, "attn_logit_softcapping", None) and impl != "eager":
+            raise BackendError(
+                f"attention logit soft-capping needs eager attention (the model has {impl!r})"
+            )
+        self.mask_plan = tree_mask_plan(model.config)
         self.model = model.eval()
         self.name = name or getattr(model.config, "name_or_path", "")
         self.vocab_size = _output_size(model)
@@ -249,6 +470,7 @@ class HFModel:
         self.eos_token_id: Any = getattr(model.config, "eos_token_id", None)
         params = inspect.signature(model.forward).parameters
         self.keeps_logits = "logits_to_keep" in params
+        self.cache_argument = cache_argument(model)  # "cache" since transformers 5.2x
         # Read per forward call: one parameter's attributes are cheaper than the model's
         # properties, and .to() moves parameters in place, so they stay current.
         self._weight = _first_float_parameter(model)
@@ -372,11 +594,11 @@ class HFSession(TreeScoringSession):
         kwargs: dict[str, Any] = {}
         if self.model.keeps_logits:
             kwargs["logits_to_keep"] = queries if len(queries) else 1
+        kwargs[self.model.cache_argument] = self._kv.hf
         out = self.model.model(
             input_ids=ids,
             position_ids=positions,
-            attention_mask=_float_mask(step, dtype, dev)[None, None],  # [1, 1, Q, K+Q]
-            past_key_values=self._kv.hf,
+            attention_mask=_attention_masks(step, self.model.mask_plan, dtype, dev),
             use_cache=True,
             **kwargs,
         )
@@ -390,17 +612,42 @@ class HFSession(TreeScoringSession):
         return _to_logprobs(logits)
 
 
-def _float_mask(step: ForwardStep, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
+def _attention_masks(
+    step: ForwardStep, plan: TreeMaskPlan, dtype: torch.dtype, dev: torch.device
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The [1, 1, Q, K+Q] float mask(s) the decoder's layers read, as `plan` says."""
+    full = _float_mask(step, dtype, dev)[None, None]
+    windowed = full
+    if plan.window is not None and int(step.positions.max()) >= plan.window:
+        windowed = _float_mask(step, dtype, dev, plan.window)[None, None]
+    if plan.by_layer_type:
+        return {"full_attention": full, "sliding_attention": windowed}
+    return windowed
+
+
+def _float_mask(
+    step: ForwardStep, dtype: torch.dtype, dev: torch.device, window: int | None = None
+) -> torch.Tensor:
     """[Q, K+Q] additive mask: 0 where a new token may attend, the dtype's minimum elsewhere.
 
-    One new token on a cache of trunk rows only (plain decoding, PBP mode) sees every
-    row: all zeros, without building the boolean mask.
+    With a `window`, a token sees only the ancestors less than `window` positions back
+    (itself included), as a sliding-window layer of transformers does. One new token
+    on a cache of trunk rows only (plain decoding, PBP mode) sees every row, or the last
+    `window` of them: no boolean mask is built.
     """
     import torch
 
     n_rows = len(step.keep) + len(step.tokens)
+    low = torch.finfo(dtype).min
     if len(step.tokens) == 1 and len(step.trunk_rows) == n_rows:
-        return torch.zeros((1, n_rows), dtype=dtype, device=dev)
-    allowed = torch.as_tensor(step.attention_mask(), device=dev)  # [Q, K+Q]
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=dev)
-    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        mask = torch.zeros((1, n_rows), dtype=dtype, device=dev)
+        if window is not None and n_rows > window:
+            mask[:, : n_rows - window] = low
+        return mask
+    allowed = step.attention_mask()  # [Q, K+Q]
+    if window is not None:
+        distance = step.positions[:, None] - step.row_positions()[None, :]  # [Q, K+Q]
+        allowed &= distance < window
+    allowed_t = torch.as_tensor(allowed, device=dev)
+    mask = torch.zeros(allowed_t.shape, dtype=dtype, device=dev)
+    return mask.masked_fill_(~allowed_t, low)

@@ -15,7 +15,7 @@ Example:
     >>> kv = KVCache()
     >>> len(kv)
     0
-    >>> # model(input_ids, past_key_values=kv.hf, use_cache=True) appends rows;
+    >>> # model(input_ids, **kv.forward_kwargs(model), use_cache=True) appends rows;
     >>> # kv.select_rows([0, 1, 5]) then keeps rows 0, 1 and 5, in that order.
 
 torch and transformers are imported when a cache is created, not on import.
@@ -23,6 +23,8 @@ torch and transformers are imported when a cache is created, not on import.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +33,29 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["KVCache", "UnsupportedCacheError"]
+__all__ = ["KVCache", "UnsupportedCacheError", "cache_argument"]
+
+
+def cache_argument(model: Any) -> str:
+    """Name of the forward argument that takes the KV cache: ``cache`` in the transformers
+    versions that renamed it (``past_key_values`` warns there, and goes in 5.40), else
+    ``past_key_values``. Read from the signature once per model class.
+
+    Example:
+        >>> class New:
+        ...     def forward(self, input_ids=None, cache=None): ...
+        >>> class Old:
+        ...     def forward(self, input_ids=None, past_key_values=None): ...
+        >>> cache_argument(New()), cache_argument(Old())
+        ('cache', 'past_key_values')
+    """
+    return _cache_argument_of(type(model))
+
+
+@functools.lru_cache(maxsize=64)
+def _cache_argument_of(model_class: type) -> str:
+    params = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 class UnsupportedCacheError(RuntimeError):
@@ -53,8 +77,12 @@ class KVCache:
 
     @property
     def hf(self) -> Any:
-        """The transformers cache object, to pass as ``past_key_values``."""
+        """The transformers cache object (the model's `cache_argument`)."""
         return self._cache
+
+    def forward_kwargs(self, model: Any) -> dict[str, Any]:
+        """``{name: cache}`` for ``model(...)``, under the name this transformers uses."""
+        return {cache_argument(model): self._cache}
 
     def __len__(self) -> int:
         """Number of token positions (rows) held; 0 before the first forward call."""

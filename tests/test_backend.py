@@ -2,12 +2,13 @@
 
 The oracle is a plain forward pass over the whole sequence (no cache, no mask)
 for Hugging Face models, and `FakeModel.next_logprobs` for the fake. Models are
-tiny random Llama / Qwen2 / Qwen3 built from configs, in float64.
+tiny random Llama / Qwen2 / Qwen3 built from configs, in float64 (by default: see DTYPE).
 """
 
 from __future__ import annotations
 
 import doctest
+import os
 import random
 import subprocess
 import sys
@@ -27,7 +28,12 @@ from midword.engine.backend import (
     TreeScoringSession,
 )
 
-ATOL = 1e-9  # stricter than the 1e-5 asked for: float64 agrees to ~1e-15 here
+# MIDWORD_TEST_DEVICE / MIDWORD_TEST_DTYPE run the HF tests elsewhere (cuda_check.sh:
+# cuda, float32 and bfloat16); the default is the exactness check, float64 on the CPU
+DEVICE = os.environ.get("MIDWORD_TEST_DEVICE", "cpu")
+DTYPE = os.environ.get("MIDWORD_TEST_DTYPE", "float64")
+# float64 agrees to ~1e-15 here; half precision: total variation (`row_error`)
+ATOL = {"float64": 1e-9, "float32": 2e-4, "bfloat16": 0.03, "float16": 0.01}[DTYPE]
 ARCHS = {"llama": 1000, "qwen2": 512, "qwen3": 300}  # architecture -> vocab size
 
 torch = pytest.importorskip("torch")
@@ -55,13 +61,14 @@ def one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module", params=sorted(ARCHS))
 def hf_model(request: pytest.FixtureRequest) -> HFModel:
     arch = request.param
-    model = build_tiny_causal_lm(arch, ARCHS[arch], seed=7, dtype="float64")
+    model = build_tiny_causal_lm(arch, ARCHS[arch], seed=7, dtype=DTYPE).to(DEVICE)
     return HFModel(model, name=f"tiny-{arch}")
 
 
 @pytest.fixture(scope="module")
 def llama() -> HFModel:
-    return HFModel(build_tiny_llama(ARCHS["llama"], seed=3, dtype="float64"), name="tiny-llama")
+    model = build_tiny_llama(ARCHS["llama"], seed=3, dtype=DTYPE).to(DEVICE)
+    return HFModel(model, name="tiny-llama")
 
 
 class Oracle:
@@ -79,10 +86,18 @@ class Oracle:
     def _compute(self, context: tuple[int, ...]) -> np.ndarray:
         if isinstance(self.model, FakeModel):
             return self.model.next_logprobs(context)
-        ids = torch.tensor([context], dtype=torch.long)  # [1, n]
+        ids = torch.tensor([context], dtype=torch.long, device=self.model.device)  # [1, n]
         with torch.no_grad():
             logits = self.model.model(input_ids=ids, use_cache=False).logits[0, -1]  # [V]
-        return torch.log_softmax(logits.double(), dim=-1).numpy()
+        return torch.log_softmax(logits.double(), dim=-1).cpu().numpy()
+
+
+def row_error(row: np.ndarray, ref: np.ndarray) -> float:
+    """Largest log-prob difference; in half precision the total variation distance (a
+    log-prob of a token of probability 1e-6 carries no bf16 digit; docs/cuda.md)."""
+    if DTYPE in ("float64", "float32"):
+        return float(np.abs(row - ref).max())
+    return 0.5 * float(np.abs(np.exp(row) - np.exp(ref)).sum())
 
 
 def context_of(bos: int | None, trunk: list[int]) -> tuple[int, ...]:
@@ -112,7 +127,7 @@ def check_call(
     assert lp.shape == (len(paths), session.vocab_size) and lp.dtype == np.float64
     worst = 0.0
     for path, row in zip(paths, lp, strict=True):
-        worst = max(worst, float(np.abs(row - oracle(ctx + path)).max()))
+        worst = max(worst, row_error(row, oracle(ctx + path)))
     assert session.cache_len() == len(ctx) + len(distinct_nodes(paths))
     assert session.cache_len() == session.expected_cache_len()
     return worst
@@ -189,16 +204,17 @@ def test_kv_rows_after_gc_equal_fresh_computation(hf_model: HFModel) -> None:
         session._kv.layer_tensors(), fresh._kv.layer_tensors(), strict=True
     ):
         assert k1.shape == k2.shape
-        assert torch.allclose(k1, k2, atol=ATOL) and torch.allclose(v1, v2, atol=ATOL)
+        assert torch.allclose(k1, k2, atol=10 * ATOL, rtol=0)
+        assert torch.allclose(v1, v2, atol=10 * ATOL, rtol=0)
 
 
 def test_float32_model_is_close() -> None:
     """The mask's fill value works for float32 too (tolerance of float32 arithmetic)."""
-    model = HFModel(build_tiny_llama(400, seed=2, dtype="float32"))
+    model = HFModel(build_tiny_llama(400, seed=2, dtype="float32").to(DEVICE))
     session, oracle = model.session(bos_id=1), Oracle(model)
     worst = check_call(session, oracle, 1, [5, 6, 7], [(), (8,), (8, 9), (10, 11, 12)])
     worst = max(worst, check_call(session, oracle, 1, [5, 6, 7, 8], [(), (9,), (13,)]))
-    assert worst <= 1e-4
+    assert worst <= 2e-4
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -222,6 +238,7 @@ def test_float64_logits_stay_float64() -> None:
     assert np.array_equal(_to_logprobs(logits), logits.log_softmax(-1).numpy())
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_tree_matches_sequential_cuda() -> None:
     model = build_tiny_llama(ARCHS["llama"], seed=3, dtype="float64").to("cuda")
@@ -440,9 +457,9 @@ def test_model_error_is_backend_error_and_resets(
 
 def test_kvcache_select_rows(llama: HFModel) -> None:
     kv = KVCache()
-    ids = torch.tensor([[1, 5, 6, 7, 8, 9]])  # [1, 6]
+    ids = torch.tensor([[1, 5, 6, 7, 8, 9]], device=llama.device)  # [1, 6]
     with torch.no_grad():
-        llama.model(input_ids=ids, past_key_values=kv.hf, use_cache=True)
+        llama.model(input_ids=ids, **kv.forward_kwargs(llama.model), use_cache=True)
     assert len(kv) == 6
     before = [(k.clone(), v.clone()) for k, v in kv.layer_tensors()]
     kv.select_rows([0, 1, 2, 3, 4, 5])  # identity: no-op
