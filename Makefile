@@ -30,8 +30,8 @@ test-exact:  ## the exactness file alone: 13 pinned + 100 random prefixes per to
 ext:  ## VS Code extension: build, lint, unit tests, package (.vsix)
 	npm run ext:all
 
-test-fast:  ## skip the slow tests
-	$(PY) -m pytest -q -m "not slow"
+test-fast:  ## the suite without the tests marked slow (the brute-force exactness runs, the 1 MB completeness fuzz)
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 wheel-check:  ## build the wheel, install it into a fresh venv, run `midword demo` and `midword complete` from it
 	.ci/wheel_check

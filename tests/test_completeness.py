@@ -1,7 +1,8 @@
 """Completeness at scale (issue 2): real encodings of 1 MB of random texts per
 tokenizer, cut at random points, are paths of the trees built by streaming them byte
-by byte, and the streamed trunk is the matching prefix (see ``tests/completeness.py``;
-``benchmarks/bench_completeness.py`` runs 10 MB and more)."""
+by byte, and the streamed trunk is the matching prefix (the harness is
+``midword/testing/completeness.py``; ``benchmarks/bench_completeness.py`` runs 10 MB
+and more)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from midword.testing.completeness import canonical_cut, covers, is_path, run, se
 MEGABYTE = 1 << 20
 
 
+@pytest.mark.slow  # a minute or more per tokenizer on a 2-core machine
 def test_streamed_trees_cover_real_encodings(tokenizer_name: str) -> None:
     report = run(tokenizer_name, MEGABYTE, seed=0)
     assert report.bytes_streamed >= MEGABYTE

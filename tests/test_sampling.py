@@ -80,6 +80,7 @@ def all_prefixes(name: str) -> list[bytes]:
     return PINNED + random_prefixes(N_RANDOM, seed=len(name) * 7919 + ord(name[-1]))
 
 
+@pytest.mark.slow  # about 2 minutes per chunk on a 2-core machine (make test-exact runs them)
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_exact_against_brute_force(tokenizer_name: str, chunk: int, setups: dict) -> None:
     """Prefix log-probability of every prefix; on every 4th also the next-byte
