@@ -22,7 +22,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=default_model_arg(),
-        help="model directory or hub id from the local cache (default: the shipped model)",
+        help="model directory, GGUF file (converted once, cached) or hub id from the local "
+        "cache (default: the shipped model)",
     )
     parser.add_argument("--tokenizer", help="tokenizer.json (default: the model's own)")
     parser.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cpu ...")
@@ -32,7 +33,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(HFModel, Engine) from --model/--tokenizer/--device/--dtype; CommandError on failure."""
+    """(HFModel, Engine) from --model/--tokenizer/--device/--dtype; CommandError on failure.
+
+    A GGUF file is converted first (once: later runs load the cached folder), with a
+    progress bar on stderr.
+    """
     from midword.engine.backend import BackendError
     from midword.engine.hf_backend import load_hf_model
     from midword.engine.tokenizer import TokenizerError
@@ -43,12 +48,13 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
             args.model = str(default_model())
         except ModelNotFoundError as exc:
             raise CommandError(str(exc)) from exc
+    source = prepare_model_source(args.model, args.device, args.dtype)
     try:
-        engine = load_engine(args.tokenizer or args.model)
+        engine = load_engine(args.tokenizer or source)
     except (TokenizerError, OSError) as exc:
         raise CommandError(f"cannot load the tokenizer: {exc}") from exc
     try:
-        model = load_hf_model(args.model, device=args.device, dtype=args.dtype)
+        model = load_hf_model(source, device=args.device, dtype=args.dtype)
     except (BackendError, ValueError) as exc:
         raise CommandError(str(exc)) from exc
     if model.vocab_size < engine.tok.size:
@@ -57,3 +63,15 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
             f"({engine.tok.size}): they do not belong together"
         )
     return model, engine
+
+
+def prepare_model_source(model: str, device: str, dtype: str) -> str:
+    """The folder to load for --model (a GGUF file's cached conversion); CommandError when
+    a GGUF file cannot be converted exactly."""
+    from midword.engine.gguf import GGUFError
+    from midword.engine.model_files import prepare_model, stderr_progress
+
+    try:
+        return prepare_model(model, device=device, dtype=dtype, progress=stderr_progress())
+    except (GGUFError, ValueError, OSError) as exc:
+        raise CommandError(f"cannot use {model}: {exc}") from exc

@@ -1,0 +1,557 @@
+"""GGUF model files (llama.cpp, Ollama, LM Studio) as Hugging Face model folders.
+
+:func:`convert_gguf` reads a ``.gguf`` file with the ``gguf`` package and writes, once,
+a folder transformers and midword load like any other: ``config.json`` from the file's
+metadata, ``model.safetensors`` with every tensor dequantized (``gguf.quants.dequantize``)
+and stored in the precision asked for, and a ``tokenizer.json`` rebuilt from the
+metadata. The folder lives in the user's cache (``$MIDWORD_CACHE``, else
+``$XDG_CACHE_HOME/midword``, else ``~/.cache/midword``; under ``gguf/``), keyed by the
+file's path, size and modification time and the precision, so a second start loads it
+from there and a changed file is converted again. It is written into a temporary folder
+and renamed into place, so an interrupted conversion leaves nothing half-written.
+
+The tokenizer is rebuilt exactly or not at all: vocabulary, merges, added tokens
+(CONTROL tokens become special added tokens, USER_DEFINED ones added text matched
+before pre-tokenization), and the pre-tokenizer that ``tokenizer.ggml.pre`` names, from
+:data:`PRE_TOKENIZERS`. Any other value raises :class:`GGUFError` naming it.
+
+Weights: the architectures in :data:`ARCHITECTURES`. llama.cpp's converter permutes the
+rows of Q and K in llama-architecture files (it interleaves the two rotary halves of
+each head); :func:`unpermute_rows` undoes it, or every logit would be wrong.
+
+Example (a GGUF file written by llama.cpp, converted and loaded)::
+
+    folder = convert_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", dtype="float32")
+    model = load_hf_model(folder)          # midword.engine.hf_backend
+    engine = load_engine(str(folder))      # midword.engine.vct
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .tokenizer import cache_root
+
+CONVERTER_VERSION = "1"  # part of the cache key: bump when the written folder changes
+STORAGE_DTYPES = ("float32", "float16", "bfloat16")
+Progress = Callable[[str, int], None]  # (message, percent 0-100)
+
+# gguf.TokenType values
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+
+class GGUFError(ValueError):
+    """The GGUF file is not one midword can convert exactly; the message says why."""
+
+
+# ------------------------------------------------------------------ pre-tokenizers
+GPT2_BYTELEVEL = {
+    "type": "ByteLevel",
+    "add_prefix_space": False,
+    "trim_offsets": True,
+    "use_regex": True,
+}
+BYTELEVEL_NO_REGEX = {**GPT2_BYTELEVEL, "use_regex": False}
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+DEEPSEEK3_PATTERNS = (
+    r"\p{N}{1,3}",
+    r"[一-龥぀-ゟ゠-ヿ]+",
+    # (CR and LF stand as themselves, as in DeepSeek V3's tokenizer.json)
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+    "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+)
+
+
+def _split(pattern: str) -> dict:
+    return {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+
+
+def _sequence(*steps: dict) -> dict:
+    return {"type": "Sequence", "pretokenizers": list(steps)}
+
+
+@dataclass(frozen=True)
+class PreTokenizerRecipe:
+    """The tokenizer.json pieces one ``tokenizer.ggml.pre`` value stands for."""
+
+    pre_tokenizer: dict
+    normalizer: dict | None = None
+    ignore_merges: bool = False
+    models: str = ""  # who uses it (for messages and docs)
+
+
+_DIGITS_THEN_GPT2 = PreTokenizerRecipe(
+    _sequence({"type": "Digits", "individual_digits": True}, GPT2_BYTELEVEL),
+    models="StarCoder, SmolLM, Refact, CodeShell: every digit alone, then the GPT-2 split",
+)
+# Values of tokenizer.ggml.pre modelled exactly (llama.cpp's src/llama-vocab.cpp names
+# them; the splits are those of each family's own tokenizer.json).
+PRE_TOKENIZERS: dict[str, PreTokenizerRecipe] = {
+    "gpt-2": PreTokenizerRecipe(GPT2_BYTELEVEL, models="GPT-2"),
+    "starcoder": _DIGITS_THEN_GPT2,
+    "smollm": _DIGITS_THEN_GPT2,
+    "refact": _DIGITS_THEN_GPT2,
+    "codeshell": _DIGITS_THEN_GPT2,
+    "llama-bpe": PreTokenizerRecipe(
+        _sequence(_split(LLAMA3_PATTERN), BYTELEVEL_NO_REGEX),
+        ignore_merges=True,
+        models="Llama 3 (a whole-word token wins over merges)",
+    ),
+    "qwen2": PreTokenizerRecipe(
+        _sequence(_split(QWEN2_PATTERN), BYTELEVEL_NO_REGEX),
+        normalizer={"type": "NFC"},
+        models="Qwen2, Qwen2.5, Qwen3 (NFC as their tokenizer.json, single digits)",
+    ),
+    "deepseek-v3": PreTokenizerRecipe(
+        _sequence(*(_split(p) for p in DEEPSEEK3_PATTERNS), BYTELEVEL_NO_REGEX),
+        models="DeepSeek V3 and R1 (three chained splits)",
+    ),
+}
+PRE_ALIASES = {"llama3": "llama-bpe", "llama-v3": "llama-bpe"}
+
+
+def pre_tokenizer_recipe(name: str | None) -> PreTokenizerRecipe:
+    """The recipe for a ``tokenizer.ggml.pre`` value; GGUFError for one not modelled.
+
+    >>> pre_tokenizer_recipe("smollm").pre_tokenizer["pretokenizers"][0]["type"]
+    'Digits'
+    >>> try:
+    ...     pre_tokenizer_recipe("falcon")
+    ... except GGUFError as exc:
+    ...     print(str(exc)[:62])
+    tokenizer.ggml.pre = 'falcon' is not a pre-tokenizer midword m
+    """
+    if name is None:
+        raise GGUFError(
+            "the file has no tokenizer.ggml.pre: llama.cpp then uses its 'default' split, "
+            "which midword does not model exactly"
+        )
+    recipe = PRE_TOKENIZERS.get(PRE_ALIASES.get(name, name))
+    if recipe is None:
+        known = ", ".join(sorted([*PRE_TOKENIZERS, *PRE_ALIASES]))
+        raise GGUFError(
+            f"tokenizer.ggml.pre = {name!r} is not a pre-tokenizer midword models exactly "
+            f"(supported: {known})"
+        )
+    return recipe
+
+
+# ------------------------------------------------------------------ reading metadata
+_MISSING = object()
+
+
+class GGUFFile:
+    """A GGUF file opened with the ``gguf`` package (memory-mapped: tensors are read lazily)."""
+
+    def __init__(self, path: str | Path) -> None:
+        import gguf
+
+        self.path = Path(path)
+        try:
+            self.reader = gguf.GGUFReader(str(self.path))
+        except (ValueError, OSError) as exc:
+            raise GGUFError(f"cannot read {self.path} as a GGUF file: {exc}") from exc
+        self.arch = str(self.get("general.architecture", ""))
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        """A metadata value (lists for arrays); GGUFError when missing and no default."""
+        f = self.reader.fields.get(key)
+        if f is None:
+            if default is _MISSING:
+                raise GGUFError(f"{self.path.name}: metadata key {key} is missing")
+            return default
+        return f.contents()
+
+    def arch_value(self, key: str, default: Any = _MISSING) -> Any:
+        return self.get(f"{self.arch}.{key}", default)
+
+
+# ------------------------------------------------------------------ the tokenizer
+def tokenizer_json(gf: GGUFFile) -> dict:
+    """tokenizer.json (as a dict) rebuilt from the file's ``tokenizer.ggml.*`` metadata.
+
+    Normal tokens form the BPE vocabulary; CONTROL tokens become special added tokens and
+    USER_DEFINED tokens added text (both stored as raw text in GGUF, as llama.cpp reads
+    them); UNUSED tokens (llama.cpp's ``[PAD<id>]`` fillers) are left out. A byte with no
+    token is dropped from the text, as llama.cpp does (``unk_token`` null).
+    """
+    kind = gf.get("tokenizer.ggml.model", None)
+    if kind != "gpt2":
+        raise GGUFError(
+            f"{gf.path.name}: tokenizer.ggml.model = {kind!r}; midword needs a byte-level "
+            "BPE vocabulary ('gpt2'; SentencePiece 'llama' vocabularies are not supported)"
+        )
+    recipe = pre_tokenizer_recipe(gf.get("tokenizer.ggml.pre", None))
+    tokens: list[str] = gf.get("tokenizer.ggml.tokens")
+    types: list[int] = gf.get("tokenizer.ggml.token_type", [NORMAL] * len(tokens))
+    vocab, added = _vocab_and_added(tokens, types)
+    merges = [m.split(" ", 1) for m in gf.get("tokenizer.ggml.merges", [])]
+    if any(len(m) != 2 for m in merges):
+        raise GGUFError(f"{gf.path.name}: a merge in tokenizer.ggml.merges is not 'a b'")
+    spec = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": recipe.normalizer,
+        "pre_tokenizer": recipe.pre_tokenizer,
+        "post_processor": None,
+        "decoder": {**GPT2_BYTELEVEL},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": recipe.ignore_merges,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
+    _place_added_tokens(spec)
+    return spec
+
+
+def _vocab_and_added(tokens: list[str], types: list[int]) -> tuple[dict[str, int], list[dict]]:
+    """The BPE vocabulary (normal tokens) and the added tokens (CONTROL and USER_DEFINED)."""
+    vocab: dict[str, int] = {}
+    added: list[dict] = []
+    for i, (text, kind) in enumerate(zip(tokens, types, strict=True)):
+        if kind in (NORMAL, UNKNOWN, BYTE):
+            if text in vocab:
+                raise GGUFError(f"token {text!r} appears twice (ids {vocab[text]} and {i})")
+            vocab[text] = i
+        elif kind in (CONTROL, USER_DEFINED):
+            added.append(_added_token(i, text, special=kind == CONTROL))
+        elif kind != UNUSED:
+            raise GGUFError(f"token {i} ({text!r}) has an unknown token type {kind}")
+    return vocab, added
+
+
+def _place_added_tokens(spec: dict) -> None:
+    """Make every added token keep its id when ``tokenizers`` loads the rebuilt file.
+
+    ``tokenizers`` gives an added token that the vocabulary lacks the next free id after
+    the vocabulary, not the id it is written with: right for added tokens that follow the
+    vocabulary (Llama 3, Qwen), wrong for those before or among it (StarCoder's at 0-16).
+    Those go into the vocabulary too, under their own id, which is safe where merges never
+    build them (a special token) or their ByteLevel reading is their text (plain ASCII);
+    any other is refused.
+    """
+    from tokenizers import Tokenizer
+
+    vocab = spec["model"]["vocab"]
+    for _ in range(4):  # an insertion moves the next free id: settle in a few rounds
+        tok = Tokenizer.from_str(json.dumps(spec))
+        wrong = [a for a in spec["added_tokens"] if tok.token_to_id(a["content"]) != a["id"]]
+        if not wrong:
+            return
+        for a in wrong:
+            text = a["content"]
+            if text in vocab or not (a["special"] or _reads_as_itself(text)):
+                break
+            vocab[text] = a["id"]
+        else:
+            continue
+        break
+    raise GGUFError(
+        f"added token {wrong[0]['content']!r} (id {wrong[0]['id']}) cannot keep its id in a "
+        "rebuilt tokenizer.json"
+    )
+
+
+def _reads_as_itself(text: str) -> bool:
+    """Printable ASCII but space: the ByteLevel reading of ``text`` is its UTF-8."""
+    return all("!" <= c <= "~" for c in text)
+
+
+def _added_token(i: int, text: str, special: bool) -> dict:
+    return {
+        "id": i,
+        "content": text,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": special,
+    }
+
+
+def tokenizer_config(gf: GGUFFile) -> dict:
+    """tokenizer_config.json: the special tokens transformers' AutoTokenizer reports."""
+    tokens: list[str] = gf.get("tokenizer.ggml.tokens")
+    out: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "clean_up_tokenization_spaces": False,
+        "add_bos_token": bool(gf.get("tokenizer.ggml.add_bos_token", False)),
+        "add_eos_token": bool(gf.get("tokenizer.ggml.add_eos_token", False)),
+        "model_max_length": int(gf.arch_value("context_length", 2048)),
+    }
+    for name in ("bos", "eos", "unknown", "padding"):
+        i = gf.get(f"tokenizer.ggml.{name}_token_id", None)
+        if i is not None and 0 <= int(i) < len(tokens):
+            key = {"unknown": "unk", "padding": "pad"}.get(name, name)
+            out[f"{key}_token"] = tokens[int(i)]
+    return out
+
+
+# ------------------------------------------------------------------ the model
+@dataclass(frozen=True)
+class Architecture:
+    """How one ``general.architecture`` maps onto a transformers model class."""
+
+    config_class: str  # a transformers config class name
+    hf_architecture: str
+    permuted_qk: bool  # llama.cpp permuted the rows of Q and K (llama files)
+    layer_tensors: dict[str, str] = field(default_factory=dict)
+
+
+_LAYER_COMMON = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_QKV_BIAS = {f"attn_{x}.bias": f"self_attn.{x}_proj.bias" for x in "qkv"}
+_QK_NORM = {
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+}
+ARCHITECTURES: dict[str, Architecture] = {
+    "llama": Architecture("LlamaConfig", "LlamaForCausalLM", True, _LAYER_COMMON),
+    "qwen2": Architecture("Qwen2Config", "Qwen2ForCausalLM", False, _LAYER_COMMON | _QKV_BIAS),
+    "qwen3": Architecture("Qwen3Config", "Qwen3ForCausalLM", False, _LAYER_COMMON | _QK_NORM),
+}
+_GLOBAL_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+def architecture(gf: GGUFFile) -> Architecture:
+    arch = ARCHITECTURES.get(gf.arch)
+    if arch is None:
+        raise GGUFError(
+            f"{gf.path.name}: general.architecture = {gf.arch!r} is not supported "
+            f"(supported: {', '.join(ARCHITECTURES)})"
+        )
+    return arch
+
+
+def model_config(gf: GGUFFile, dtype: str) -> dict:
+    """config.json of the transformers model, from the ``<arch>.*`` metadata."""
+    arch = architecture(gf)
+    _refuse_unmodelled(gf)
+    heads = int(gf.arch_value("attention.head_count"))
+    hidden = int(gf.arch_value("embedding_length"))
+    head_dim = int(gf.arch_value("attention.key_length", hidden // heads))
+    rope_dim = int(gf.arch_value("rope.dimension_count", head_dim))
+    if rope_dim != head_dim:
+        raise GGUFError(f"{gf.path.name}: partial rotary embeddings ({rope_dim} of {head_dim})")
+    names = {t.name for t in gf.reader.tensors}
+    vocab = len(gf.get("tokenizer.ggml.tokens"))
+    kwargs: dict[str, Any] = {
+        "architectures": [arch.hf_architecture],
+        "vocab_size": int(gf.arch_value("vocab_size", vocab)),
+        "hidden_size": hidden,
+        "intermediate_size": int(gf.arch_value("feed_forward_length")),
+        "num_hidden_layers": int(gf.arch_value("block_count")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(gf.arch_value("attention.head_count_kv", heads)),
+        "head_dim": head_dim,
+        "max_position_embeddings": int(gf.arch_value("context_length", 2048)),
+        "rms_norm_eps": float(gf.arch_value("attention.layer_norm_rms_epsilon")),
+        "rope_theta": float(gf.arch_value("rope.freq_base", 10000.0)),
+        "tie_word_embeddings": "output.weight" not in names,
+        "bos_token_id": gf.get("tokenizer.ggml.bos_token_id", None),
+        "eos_token_id": gf.get("tokenizer.ggml.eos_token_id", None),
+        "pad_token_id": gf.get("tokenizer.ggml.padding_token_id", None),
+        "dtype": dtype,
+    }
+    import transformers
+
+    config = getattr(transformers, arch.config_class)(**kwargs)
+    return config.to_dict()
+
+
+def _refuse_unmodelled(gf: GGUFFile) -> None:
+    """Metadata whose effect the converted config would silently lose."""
+    scaling = gf.arch_value("rope.scaling.type", "none")
+    if scaling not in ("none", None):
+        raise GGUFError(f"{gf.path.name}: rope scaling {scaling!r} is not supported")
+    if int(gf.arch_value("expert_count", 0) or 0):
+        raise GGUFError(f"{gf.path.name}: mixture-of-experts models are not supported")
+    if any(t.name == "rope_freqs.weight" for t in gf.reader.tensors):
+        raise GGUFError(f"{gf.path.name}: rope frequency factors (Llama 3.1) are not supported")
+
+
+def hf_tensor_name(arch: Architecture, name: str) -> str:
+    """The transformers name of a GGUF tensor; GGUFError for one the model has no place for.
+
+    >>> hf_tensor_name(ARCHITECTURES["llama"], "blk.3.attn_q.weight")
+    'model.layers.3.self_attn.q_proj.weight'
+    """
+    if name in _GLOBAL_TENSORS:
+        return _GLOBAL_TENSORS[name]
+    m = _LAYER_NAME.fullmatch(name)
+    if m is None or m.group(2) not in arch.layer_tensors:
+        raise GGUFError(f"tensor {name} has no counterpart in {arch.hf_architecture}")
+    return f"model.layers.{m.group(1)}.{arch.layer_tensors[m.group(2)]}"
+
+
+def unpermute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's row permutation of a Q or K projection.
+
+    llama.cpp's converter writes ``w.reshape(n, 2, d/2, ...).swapaxes(1, 2)`` (n: the
+    heads for Q, the KV heads for K; d the head size), interleaving each head's two
+    rotary halves; this is its inverse.
+
+    >>> w = np.arange(8).reshape(8, 1)
+    >>> permuted = w.reshape(2, 2, 2, 1).swapaxes(1, 2).reshape(8, 1)
+    >>> unpermute_rows(permuted, 2).ravel().tolist()
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    """
+    rows = w.shape[0]
+    if rows % (2 * n_heads):
+        raise GGUFError(f"a Q/K projection of {rows} rows does not split into {n_heads} heads")
+    half = rows // n_heads // 2
+    return w.reshape(n_heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def dequantized_tensors(gf: GGUFFile, progress: Progress | None = None) -> dict[str, np.ndarray]:
+    """Every tensor as float32 under its transformers name, Q/K rows restored."""
+    from gguf.quants import dequantize
+
+    arch = architecture(gf)
+    heads = int(gf.arch_value("attention.head_count"))
+    kv_heads = int(gf.arch_value("attention.head_count_kv", heads))
+    total = sum(int(t.n_bytes) for t in gf.reader.tensors) or 1
+    done, out = 0, {}
+    for t in gf.reader.tensors:
+        name = hf_tensor_name(arch, t.name)
+        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if not w.flags.writeable:  # F32 tensors come back as views of the mapped file
+            w = w.copy()
+        if arch.permuted_qk and t.name.endswith(("attn_q.weight", "attn_k.weight")):
+            w = unpermute_rows(w, heads if t.name.endswith("attn_q.weight") else kv_heads)
+        out[name] = w
+        done += int(t.n_bytes)
+        if progress is not None:
+            progress(f"dequantizing {gf.path.name}", 100 * done // total)
+    return out
+
+
+# ------------------------------------------------------------------ the cached folder
+def cache_folder(path: str | Path, dtype: str, cache_dir: Path | None = None) -> Path:
+    """Where the conversion of ``path`` at ``dtype`` lives: named after the file, keyed
+    by its resolved path, size, modification time, the dtype and the converter version
+    (``cache_dir``: default the ``gguf`` folder of midword's cache)."""
+    src = Path(path).resolve()
+    st = src.stat()
+    where = hashlib.sha256(str(src).encode()).hexdigest()[:12]
+    state = f"{st.st_size}:{st.st_mtime_ns}:{CONVERTER_VERSION}"
+    when = hashlib.sha256(state.encode()).hexdigest()[:12]
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", src.stem)[:80]
+    root = cache_dir if cache_dir is not None else cache_root() / "gguf"
+    return root / f"{stem}-{where}-{dtype}-{when}"
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / "source.json").is_file()
+
+
+def convert_gguf(
+    path: str | Path,
+    dtype: str = "float32",
+    progress: Progress | None = None,
+    cache_dir: Path | None = None,
+) -> Path:
+    """The Hugging Face folder of a GGUF model file, converted on first use (see module).
+
+    ``dtype``: one of :data:`STORAGE_DTYPES`, the precision of model.safetensors.
+    ``progress(message, percent)`` is told about the dequantization.
+    """
+    if dtype not in STORAGE_DTYPES:
+        raise ValueError(f"unknown storage dtype {dtype!r}; expected {', '.join(STORAGE_DTYPES)}")
+    src = Path(path).expanduser()
+    if not src.is_file():
+        raise GGUFError(f"GGUF file not found: {path}")
+    target = cache_folder(src, dtype, cache_dir)
+    if _complete(target):
+        return target
+    gf = GGUFFile(src)
+    files = {  # everything but the weights first: a refused file costs no dequantization
+        "tokenizer.json": tokenizer_json(gf),
+        "tokenizer_config.json": tokenizer_config(gf),
+        "config.json": model_config(gf, dtype),
+    }
+    tensors = dequantized_tensors(gf, progress)
+    _write_folder(target, files, tensors, dtype, src)
+    _remove_stale(target)
+    return target
+
+
+def _write_folder(
+    target: Path, files: dict[str, dict], tensors: dict[str, np.ndarray], dtype: str, src: Path
+) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for name, content in files.items():
+            (tmp / name).write_text(json.dumps(content, indent=1, ensure_ascii=False))
+        config = files["config.json"]
+        if config.get("tie_word_embeddings"):
+            tensors.pop("lm_head.weight", None)
+        torch_dtype = getattr(torch, dtype)
+        weights = {k: torch.from_numpy(v).to(torch_dtype).contiguous() for k, v in tensors.items()}
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        st = src.stat()
+        source = {"gguf": str(src.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        (tmp / "source.json").write_text(json.dumps({**source, "dtype": dtype}, indent=1))
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not _complete(target):  # not another process's finished copy: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale(target: Path) -> None:
+    """Drop earlier conversions of the same file at the same dtype (the file changed)."""
+    head = target.name.rsplit("-", 1)[0] + "-"
+    for other in target.parent.glob(f"{glob.escape(head)}*"):
+        if other != target and other.is_dir() and not other.name.startswith("."):
+            shutil.rmtree(other, ignore_errors=True)
