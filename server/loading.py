@@ -64,19 +64,26 @@ def _load_parts(
     from midword.engine.backend import BackendError
     from midword.engine.generate import Completer, Settings
     from midword.engine.hf_backend import load_hf_model
+    from midword.engine.model_files import prepare_model
     from midword.engine.tokenizer import load_tokenizer
 
     def progress(message: str, percent: int) -> None:
         which = f" ({k + 1}/{n}: {short_name(name)})" if n > 1 else ""
         on_progress(message + which, (100 * k + percent) // n)
 
+    source = prepare_model(  # a GGUF file: its cached conversion (made now the first time)
+        name,
+        device=options.device,
+        dtype=options.dtype,
+        progress=lambda message, pct: progress(f"{message} {pct}%", pct * 5 // 100),
+    )
     progress("reading the tokenizer", 5)
-    engine = Engine(load_tokenizer(name))
+    engine = Engine(load_tokenizer(source))
     progress("building the covering-tree tables", 20)
     _warm_engine(engine)
     progress("loading the model weights", 50)
     _quiet_transformers()
-    model = load_hf_model(name, device=options.device, dtype=options.dtype)
+    model = load_hf_model(source, device=options.device, dtype=options.dtype)
     if model.vocab_size < engine.tok.size:
         raise BackendError(
             f"the model's vocabulary ({model.vocab_size}) is smaller than the "

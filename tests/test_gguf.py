@@ -69,8 +69,10 @@ GGUF_NAMES = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
+    "post_attention_layernorm": "ffn_norm", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
 }  # fmt: skip
+CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
 
 
 def gguf_name(hf_name: str) -> str:
@@ -102,15 +104,17 @@ def as_read_back(w: np.ndarray, qtype: str) -> np.ndarray:
     return data.astype(np.float32) if kind is None else gguf.quants.dequantize(data, kind)
 
 
-def tiny_llama(seed: int, tie: bool) -> transformers.LlamaForCausalLM:
+def tiny_llama(seed: int, tie: bool, arch: str = "llama") -> transformers.PreTrainedModel:
+    """A random model of the architecture (llama, qwen2 with Q/K/V biases, qwen3 with
+    Q/K norms) on the shipped model's 4,096-token vocabulary."""
     torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
+    config = getattr(transformers, CONFIGS[arch])(
         vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tie,
     )  # fmt: skip
-    model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # norms away from 1, so a misplaced norm shows
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # norms away from 1 and biases away from 0, so a misplaced one shows
         for p in model.parameters():
             if p.ndim == 1:
                 p.copy_(1 + 0.3 * torch.randn_like(p))
@@ -118,10 +122,12 @@ def tiny_llama(seed: int, tie: bool) -> transformers.LlamaForCausalLM:
 
 
 def write_model_gguf(
-    path: Path, model: transformers.LlamaForCausalLM, qtype: str, pre: str = "smollm"
+    path: Path, model: transformers.PreTrainedModel, qtype: str, pre: str = "smollm"
 ) -> None:
+    """The model as llama.cpp's converter writes it (Q and K rows permuted in llama files)."""
     cfg = model.config
-    w = gguf.GGUFWriter(str(path), "llama")
+    arch = cfg.model_type
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
@@ -131,13 +137,14 @@ def write_model_gguf(
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_dimension_count(cfg.head_dim)
+    w.add_key_length(cfg.head_dim)
     w.add_vocab_size(cfg.vocab_size)
     write_tokenizer_metadata(w, json.loads(DEFAULT_TOKENIZER.read_text()), pre)
     for name, tensor in model.state_dict().items():
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
         data = tensor.numpy()
-        if name.endswith(("q_proj.weight", "k_proj.weight")):
+        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = cfg.num_attention_heads if "q_proj" in name else cfg.num_key_value_heads
             data = permute_rows(data, heads)
         array, kind = stored(data, qtype)
@@ -171,15 +178,21 @@ IDS = [17, 400, 3000, 5, 99, 4095, 1, 250, 1234, 77, 8, 2048]
 
 
 # ------------------------------------------------------------------ weights
-@pytest.mark.parametrize(("qtype", "tie"), [("F32", False), ("F16", True), ("Q8_0", False)])
-def test_converted_model_gives_the_source_logits(tmp_path: Path, qtype: str, tie: bool) -> None:
+@pytest.mark.parametrize(
+    ("qtype", "tie", "arch"),
+    [("F32", False, "llama"), ("F16", True, "llama"), ("Q8_0", False, "llama"),
+     ("F32", True, "qwen2"), ("Q8_0", False, "qwen3")],
+)  # fmt: skip
+def test_converted_model_gives_the_source_logits(
+    tmp_path: Path, qtype: str, tie: bool, arch: str
+) -> None:
     """Exact logits: F32 as the source model; F16 and Q8_0 as the source model with its
     weights replaced by what the file holds (rounded, or dequantized by gguf)."""
-    source = tiny_llama(seed=1, tie=tie)
+    source = tiny_llama(seed=1, tie=tie, arch=arch)
     file = tmp_path / f"tiny-{qtype}.gguf"
     write_model_gguf(file, source, qtype)
     folder = mg.convert_gguf(file, "float32", cache_dir=tmp_path / "cache")
-    expected = tiny_llama(seed=1, tie=tie)
+    expected = tiny_llama(seed=1, tie=tie, arch=arch)
     with torch.no_grad():
         for p in expected.parameters():
             p.copy_(torch.from_numpy(as_read_back(p.numpy(), qtype)))
@@ -188,6 +201,7 @@ def test_converted_model_gives_the_source_logits(tmp_path: Path, qtype: str, tie
     assert torch.equal(logits(load_folder(folder), IDS), logits(expected, IDS))
     config = json.loads((folder / "config.json").read_text())
     assert config["tie_word_embeddings"] is tie and config["num_key_value_heads"] == 2
+    assert config["model_type"] == arch
 
 
 def test_q_and_k_rows_are_restored(tmp_path: Path) -> None:
@@ -384,6 +398,24 @@ def test_complete_accepts_a_gguf_file(tmp_path: Path) -> None:
         assert json.loads(run.stdout.splitlines()[-1])["completion"] is not None
     assert "dequantizing m.gguf" in runs[0].stderr and "100%" in runs[0].stderr
     assert "dequantizing" not in runs[1].stderr
+
+
+def test_server_loads_a_gguf_file(tmp_path: Path, monkeypatch) -> None:
+    """The language server's loader converts the file (its progress reported through
+    the server's callback) and serves the converted model."""
+    from midword.server.loading import load_backend
+    from midword.server.options import ServerOptions
+
+    monkeypatch.setenv("MIDWORD_CACHE", str(tmp_path / "cache"))
+    file = tmp_path / "m.gguf"
+    source = tiny_llama(seed=9, tie=True)
+    write_model_gguf(file, source, "F32")
+    seen: list[tuple[str, int]] = []
+    options = ServerOptions(model=str(file), device="cpu", dtype="float32")
+    backend = load_backend(options, [str(file)], lambda m, p: seen.append((m, p)))
+    assert any(m.startswith("dequantizing m.gguf") for m, _ in seen)
+    assert [p for _, p in seen] == sorted(p for _, p in seen)
+    assert torch.equal(logits(backend.model.model, IDS), logits(source, IDS))
 
 
 # ------------------------------------------------------------------ the real SmolLM2 file
