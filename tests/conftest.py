@@ -3,9 +3,12 @@ the benchmarks: tokenizer fixtures, tiny models, the completeness harness)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
 
 from midword.testing import TOKENIZERS
+from midword.testing.deprecations import own_deprecations
 
 
 @pytest.fixture(scope="session", params=TOKENIZERS)
@@ -29,3 +32,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         split = [str(params[k]) for k in ("tokenizer_name", "chunk") if k in params]
         group = item.nodeid.split("::")[0] + (f"[{'-'.join(split)}]" if split else "")
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A test fails when this checkout's own code causes a DeprecationWarning or
+    FutureWarning (even one a library attributes to its own frames): such a call stops
+    working when the library drops it. Mark a test ``allow_deprecations`` to let it
+    exercise a deprecated path on purpose."""
+    if item.get_closest_marker("allow_deprecations"):
+        return (yield)
+    with own_deprecations() as caught:
+        result = yield
+    if caught:
+        listed = "\n  ".join(dict.fromkeys(map(str, caught)))
+        pytest.fail(f"deprecated calls from midword's own code:\n  {listed}", pytrace=False)
+    return result
