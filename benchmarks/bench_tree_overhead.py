@@ -14,7 +14,7 @@ its first token. Two ByteSampler solves are counted:
   session's inference tokens of a real one-leaf PBP completion, sampled (temperature 1,
   seed = window index) and greedy. Models: the shipped default model (trained), and for
   every tokenizer a token bigram model counted from the shipped model's training split
-  of the standard library (midword/bench/bigram.py), a real if weak model of code; the
+  of the standard library (midword/testing/bigram.py), a real if weak model of code; the
   default tokenizer gets both, so the bigram can be compared with the trained model.
 
 The windows are `midword bench overhead`'s (same seed, same held-out stdlib files).

@@ -12,6 +12,8 @@ neither pytest nor torch.
 - :mod:`.completeness`: the completeness fuzz of the streamed covering tree.
 - :mod:`.corpus`: :data:`CORPUS`, short texts covering the cases the engine must get right.
 - :mod:`.chars`: the characters a brute-force check tries inside a UTF-8 character.
+- :mod:`.deprecations`: catches the deprecation warnings midword's own calls cause (the
+  test suite fails on them).
 
 Example:
     >>> from midword.testing import TOKENIZERS, tokenizer_path
