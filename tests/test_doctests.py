@@ -1,6 +1,7 @@
-"""Every docstring example in the package runs: the modules of midword, midword.engine,
-midword.server, midword.bench and midword.testing are found by walking the packages (not
-listed by hand), and each one that holds an example is a test of its own."""
+"""Every docstring example runs: the modules of midword, midword.engine, midword.server,
+midword.bench and midword.testing are found by walking the packages (not listed by hand),
+the developers' benchmark scripts by their folder, and each one that holds an example is
+a test of its own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import importlib
 import importlib.util
 import io
 import pkgutil
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -38,6 +42,8 @@ def _has_examples(name: str) -> bool:
 
 
 MODULES = [name for name in _module_names() if _has_examples(name)]
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if ">>>" in p.read_text(encoding="utf-8"))
 
 
 def test_the_walk_finds_the_three_layers() -> None:
@@ -48,7 +54,25 @@ def test_the_walk_finds_the_three_layers() -> None:
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
-    module = importlib.import_module(name)
+    _run_examples(importlib.import_module(name), name)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_benchmark_script_examples(script: Path) -> None:
+    """A script's examples, imported from its file (its main() runs only as a script)."""
+    name = f"benchmarks_{script.stem}"
+    spec = importlib.util.spec_from_file_location(name, script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    try:
+        spec.loader.exec_module(module)
+        _run_examples(module, name)
+    finally:
+        del sys.modules[name]
+
+
+def _run_examples(module: ModuleType, name: str) -> None:
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     out = io.StringIO()
@@ -59,7 +83,7 @@ def test_docstring_examples(name: str) -> None:
     assert result.attempted > 0 or _only_skipped(module, name)
 
 
-def _only_skipped(module: object, name: str) -> bool:
+def _only_skipped(module: ModuleType, name: str) -> bool:
     """A module whose every example is marked ``+SKIP`` (it needs a model or a file)."""
     tests = doctest.DocTestFinder(exclude_empty=True).find(module, name)
     examples = [ex for test in tests for ex in test.examples]
