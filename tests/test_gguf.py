@@ -219,7 +219,7 @@ def test_q_and_k_rows_are_restored(tmp_path: Path) -> None:
     assert np.array_equal(tensors["model.layers.0.self_attn.q_proj.weight"], q)
     with torch.no_grad():
         source.model.layers[0].self_attn.q_proj.weight.copy_(
-            torch.from_numpy(np.asarray(stored_q.data))
+            torch.from_numpy(np.array(stored_q.data))
         )
     converted = load_folder(mg.convert_gguf(file, cache_dir=tmp_path / "c"))
     assert not torch.allclose(logits(converted, IDS), logits(source, IDS))
