@@ -35,7 +35,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -448,13 +448,22 @@ def unpermute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 def dequantized_tensors(gf: GGUFFile, progress: Progress | None = None) -> dict[str, np.ndarray]:
     """Every tensor as float32 under its transformers name, Q/K rows restored."""
+    return dict(iter_dequantized(gf, progress))
+
+
+def iter_dequantized(
+    gf: GGUFFile, progress: Progress | None = None
+) -> Iterator[tuple[str, np.ndarray]]:
+    """(transformers name, float32 array) of each tensor in turn, Q/K rows restored: one
+    float32 tensor at a time, so a caller that narrows each at once never holds the whole
+    model in float32."""
     from gguf.quants import dequantize
 
     arch = architecture(gf)
     heads = int(gf.arch_value("attention.head_count"))
     kv_heads = int(gf.arch_value("attention.head_count_kv", heads))
     total = sum(int(t.n_bytes) for t in gf.reader.tensors) or 1
-    done, out = 0, {}
+    done = 0
     for t in gf.reader.tensors:
         name = hf_tensor_name(arch, t.name)
         w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
@@ -462,11 +471,10 @@ def dequantized_tensors(gf: GGUFFile, progress: Progress | None = None) -> dict[
             w = w.copy()
         if arch.permuted_qk and t.name.endswith(("attn_q.weight", "attn_k.weight")):
             w = unpermute_rows(w, heads if t.name.endswith("attn_q.weight") else kv_heads)
-        out[name] = w
+        yield name, w
         done += int(t.n_bytes)
         if progress is not None:
             progress(f"dequantizing {gf.path.name}", 100 * done // total)
-    return out
 
 
 # ------------------------------------------------------------------ the cached folder
@@ -513,16 +521,30 @@ def convert_gguf(
         "tokenizer_config.json": tokenizer_config(gf),
         "config.json": model_config(gf, dtype),
     }
-    tensors = dequantized_tensors(gf, progress)
-    _write_folder(target, files, tensors, dtype, src)
+    weights = _narrowed(iter_dequantized(gf, progress), dtype, files["config.json"])
+    _write_folder(target, files, weights, dtype, src)
     _remove_stale(target)
     return target
 
 
-def _write_folder(
-    target: Path, files: dict[str, dict], tensors: dict[str, np.ndarray], dtype: str, src: Path
-) -> None:
+def _narrowed(
+    tensors: Iterator[tuple[str, np.ndarray]], dtype: str, config: dict
+) -> dict[str, Any]:
+    """torch tensors in the storage dtype (a tied output matrix is not stored twice)."""
     import torch
+
+    torch_dtype = getattr(torch, dtype)
+    out = {}
+    for name, w in tensors:
+        if name == "lm_head.weight" and config.get("tie_word_embeddings"):
+            continue
+        out[name] = torch.from_numpy(w).to(torch_dtype).contiguous()
+    return out
+
+
+def _write_folder(
+    target: Path, files: dict[str, dict], weights: dict[str, Any], dtype: str, src: Path
+) -> None:
     from safetensors.torch import save_file
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -530,11 +552,6 @@ def _write_folder(
     try:
         for name, content in files.items():
             (tmp / name).write_text(json.dumps(content, indent=1, ensure_ascii=False))
-        config = files["config.json"]
-        if config.get("tie_word_embeddings"):
-            tensors.pop("lm_head.weight", None)
-        torch_dtype = getattr(torch, dtype)
-        weights = {k: torch.from_numpy(v).to(torch_dtype).contiguous() for k, v in tensors.items()}
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         st = src.stat()
         source = {"gguf": str(src.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
