@@ -290,8 +290,8 @@ def load_hf_model(
         model directory not found: /no/such/model
     """
     name = str(name_or_dir)
+    torch_device = resolve_device(device)  # a device that is not there: say so first
     source = _local_source(name)
-    torch_device = resolve_device(device)
     torch_dtype = _resolve_dtype(dtype, torch_device)
     config = _load_config(name, source)
     _check_causal_architecture(name, config)

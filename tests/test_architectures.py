@@ -135,19 +135,19 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def build(arch: str, seed: int = 0, **overrides: Any) -> Any:
-    """A tiny random model of `arch` on DEVICE in DTYPE (the same weights every run)."""
+def build(arch: str, seed: int = 0, device: str = DEVICE, dtype: str = DTYPE) -> Any:
+    """A tiny random model of `arch` (the same weights every run, in any dtype)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(arch, **{**_SMALL, **CONFIGS[arch], **overrides})
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, DTYPE)}
+    config = AutoConfig.for_model(arch, **{**_SMALL, **CONFIGS[arch]})
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
     if getattr(config, "attn_logit_softcapping", None):
         kwargs["attn_implementation"] = "eager"  # sdpa has no soft-capping
-    if DTYPE == "float64" and any(k in CONFIGS[arch] for k in _EXPERT_COUNTS):
+    if dtype == "float64" and any(k in CONFIGS[arch] for k in _EXPERT_COUNTS):
         kwargs["experts_implementation"] = "eager"  # grouped_mm has no float64
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, **kwargs).to(DEVICE).eval()
-    if DTYPE == "float64":  # modules kept in float32 on purpose too (deepseek_v3's router)
+    model = AutoModelForCausalLM.from_config(config, **kwargs).to(device).eval()
+    if dtype == "float64":  # modules kept in float32 on purpose too (deepseek_v3's router)
         model.to(torch.float64)
     return model
 
@@ -203,22 +203,29 @@ class Oracle:
         return self.memo[context]
 
 
-def row_error(row: np.ndarray, ref: np.ndarray) -> float:
+def row_error(row: np.ndarray, ref: np.ndarray, dtype: str = DTYPE) -> float:
     """Largest log-prob difference (float32/64); in half precision the total variation
     distance of the two distributions (a log-prob of a token of probability 1e-6 carries
     no bf16 digit worth comparing). See docs/cuda.md."""
-    if DTYPE in ("float64", "float32"):
+    if dtype in ("float64", "float32"):
         return float(np.abs(row - ref).max())
     return 0.5 * float(np.abs(np.exp(row) - np.exp(ref)).sum())
 
 
-def check(session: HFSession, oracle: Oracle, trunk: list[int], paths: list[TokenPath]) -> float:
+def check(
+    session: HFSession,
+    oracle: Oracle,
+    trunk: list[int],
+    paths: list[TokenPath],
+    dtype: str = DTYPE,
+) -> float:
     """Score `paths` on `trunk`; the worst error against the oracle, with the cache size."""
     rows = session.logprobs(trunk, paths)
     ctx = (1, *trunk)
     nodes = {p[:d] for p in paths for d in range(1, len(p) + 1)}
     assert session.cache_len() == len(ctx) + len(nodes)
-    return max(row_error(row, oracle(ctx + p)) for p, row in zip(paths, rows, strict=True))
+    errors = [row_error(row, oracle(ctx + p), dtype) for p, row in zip(paths, rows, strict=True)]
+    return max(errors)
 
 
 def random_tree(rng: random.Random, size: int = 8, deep: int = 0) -> list[TokenPath]:
