@@ -51,12 +51,12 @@ if ! "$PY" -c "import midword.engine" 2>/dev/null; then
 fi
 
 # shellcheck disable=SC2086  # BENCH_ARGS is a word list
-step bench 170 "$PY" benchmarks/bench_cuda.py --device "$DEVICE" --dtype bfloat16 \
+step bench 150 "$PY" benchmarks/bench_cuda.py --device "$DEVICE" --dtype bfloat16 \
     --json "$OUTDIR/bench.json" ${BENCH_ARGS:-}
-step test_cuda 100 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" tests/test_cuda.py \
+step test_cuda 75 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" tests/test_cuda.py \
     ${PYTEST_K:+-k "$PYTEST_K"}
 for dtype in float32 bfloat16; do
     export MIDWORD_TEST_DEVICE=$DEVICE MIDWORD_TEST_DTYPE=$dtype
-    step "tests_$dtype" 100 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" --dist load \
+    step "tests_$dtype" 80 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" --dist load \
         tests/test_backend.py tests/test_architectures.py ${PYTEST_K:+-k "$PYTEST_K"}
 done
