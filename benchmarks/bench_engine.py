@@ -57,17 +57,17 @@ def _ms(seconds: list[float]) -> str:
 
 
 def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
-    from midword.engine import vct as vct_mod
+    from midword.engine import VCT, Engine, build_tree
     from midword.engine.tokenizer import load_tokenizer
 
     path = tokenizer_path(name)
     with tempfile.TemporaryDirectory() as cold:
         os.environ["MIDWORD_CACHE"] = cold
         t = time.perf_counter()
-        vct_mod.Engine(load_tokenizer(path))
+        Engine(load_tokenizer(path))
         first = time.perf_counter() - t
         t = time.perf_counter()
-        engine = vct_mod.Engine(load_tokenizer(path))
+        engine = Engine(load_tokenizer(path))
         cached = time.perf_counter() - t
         resident = _resident_mib(path)
     print(
@@ -75,7 +75,7 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         f"resident +{resident:.0f} MiB"
     )
 
-    state = vct_mod.VCT(engine)
+    state = VCT(engine)
     costs = []
     for b in code[:push_bytes]:
         t = time.perf_counter()
@@ -88,7 +88,7 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
     for token in rng.sample(range(engine.tok.size), 20):
         if engine.tok.token_bytes[token] is None:
             continue
-        engine.validity._masks.clear()  # measure the uncached cost
+        engine.validity.clear_caches()  # measure the uncached cost
         t = time.perf_counter()
         engine.validity.successors(token)
         masks.append(time.perf_counter() - t)
@@ -102,7 +102,7 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         window = code[cut - 200 : cut]
         _clear(engine)
         t = time.perf_counter()
-        tree = vct_mod.build_tree(engine, window)
+        tree = build_tree(engine, window)
         builds.append(time.perf_counter() - t)
         colds.append(_tree_time(engine, window, clear_tables=True))
         warms.append(_tree_time(engine, window, clear_tables=False))
@@ -123,7 +123,7 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
 
 _RSS_PROBE = """
 import sys
-from midword.engine import vct
+from midword.engine import Engine
 from midword.engine.tokenizer import load_tokenizer
 
 def rss():
@@ -131,7 +131,7 @@ def rss():
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 before = rss()
-engine = vct.Engine(load_tokenizer(sys.argv[1]))
+engine = Engine(load_tokenizer(sys.argv[1]))
 print(rss() - before)
 """
 
@@ -150,15 +150,15 @@ def _resident_mib(path: Path) -> float:
 
 def _clear(engine, clear_tables: bool = True) -> None:
     """Forget cached trees (and the leaf tables' per-state masks) to time a real build."""
-    engine._tails.clear()
+    engine.tail_cache.clear()
     if clear_tables and engine.tables is not None:
-        engine.tables._masks.clear()
+        engine.tables.clear_caches()
 
 
 def _tree_time(engine, window: bytes, clear_tables: bool) -> float:
-    from midword.engine import vct as vct_mod
+    from midword.engine import VCT
 
-    state = vct_mod.VCT(engine)
+    state = VCT(engine)
     state.push_bytes(window)
     _clear(engine, clear_tables)
     t = time.perf_counter()
@@ -167,12 +167,12 @@ def _tree_time(engine, window: bytes, clear_tables: bool) -> float:
 
 
 def _keystroke_time(engine, window: bytes) -> float:
-    from midword.engine import vct as vct_mod
+    from midword.engine import VCT
 
-    state = vct_mod.VCT(engine)
+    state = VCT(engine)
     state.push_bytes(window[:-1])
     state.tree()
-    engine._tails.clear()
+    engine.tail_cache.clear()
     t = time.perf_counter()
     state.push(window[-1])
     state.tree()

@@ -36,8 +36,8 @@ TEXTS = [
 
 def load_members(device: str, dtype: str) -> dict[str, tuple[object, object]]:
     """name -> (model, engine) for the three members."""
+    from midword.engine import load_engine
     from midword.engine.hf_backend import HFModel, load_hf_model
-    from midword.engine.vct import load_engine
 
     from midword.models import shipped_test_model
     from midword.testing import tokenizer_path

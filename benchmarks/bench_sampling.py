@@ -93,9 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_subject(name: str, device: str, dtype: str) -> Subject:
     """The shipped model, or the random 16.5M llama3-vocabulary Llama."""
+    from midword.engine import load_engine
     from midword.engine.generate import Completer
     from midword.engine.hf_backend import HFModel, load_hf_model, resolve_device
-    from midword.engine.vct import load_engine
 
     from midword.models import shipped_test_model
 

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from midword.engine import VCT, Engine, Tree, load_engine
 from midword.engine.generate import Completer, Settings
-from midword.engine.vct import VCT, Engine, Tree, load_engine
 
 from midword.bench import data
 from midword.bench.overhead import make_window

@@ -27,8 +27,9 @@ import sysconfig
 import time
 from pathlib import Path
 
+from midword.engine import VCT, Engine, load_engine
 from midword.engine.tokenizer import load_tokenizer
-from midword.engine.vct import VCT, Engine, load_engine, split_utf8
+from midword.engine.utf8 import split_utf8
 
 from midword.models import shipped_test_model
 from midword.testing import tokenizer_path

@@ -31,8 +31,3 @@ CHAR_TO_BYTE: dict[str, int] = {c: b for b, c in enumerate(BYTE_TO_CHAR)}
 def chars_to_bytes(text: str) -> bytes:
     """Map a ByteLevel token string back to raw bytes (KeyError if not ByteLevel)."""
     return bytes(CHAR_TO_BYTE[c] for c in text)
-
-
-def bytes_to_chars(data: bytes) -> str:
-    """Map raw bytes to their ByteLevel string."""
-    return "".join(BYTE_TO_CHAR[b] for b in data)

@@ -44,8 +44,8 @@ import numpy as np
 
 from .backend import BackendError, ScoringModel
 from .generate import Completion, Settings, _Output, _pick
-from .sampling import ByteSampler, Transform, logsumexp
-from .vct import Engine
+from .sampling import NEG_INF, ByteSampler, Transform, logsumexp
+from .tables import Engine
 
 __all__ = [
     "COMBINES",
@@ -58,7 +58,6 @@ __all__ = [
 
 COMBINES = ("mix", "product")
 PROXY_WEIGHTS = (1.0, 1.0, -1.0)  # base + expert - anti-expert
-NEG_INF = float("-inf")
 BYTE_SETTINGS = Settings(mode="bytes", level="byte")
 EOS = 256  # index of end of text in every distribution; mapped events follow it
 
@@ -270,7 +269,7 @@ class Ensemble:
         ValueError: 1 weight for 2 models: give one weight per model
         """
         from .hf_backend import load_hf_model
-        from .vct import load_engine
+        from .tables import load_engine
 
         check_weights(weights, len(dirs), combine)
         engines = [load_engine(str(d)) for d in dirs]  # fails fast, before any weights load

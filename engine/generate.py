@@ -18,14 +18,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
 
 import numpy as np
 
 from .backend import BackendError, ScoringModel
-from .lazy_pbp import LazyTree
+from .lazy_pbp import Draws, LazyTree
 from .sampling import NEG_INF, ByteSampler, LeafSet, Transform, logsumexp, session_rows
-from .vct import Engine, Tree, split_utf8
+from .tables import Engine
+from .utf8 import split_utf8
+from .vct import Tree
 
 METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
 MODES = ("pbp", "bytes")
@@ -112,12 +113,6 @@ class Completion:
             "tokens": self.tokens,
             "seconds": round(self.seconds, 6),
         }
-
-
-class Draws(Protocol):
-    """What `_pick` needs of a random generator (np.random.Generator has it)."""
-
-    def random(self) -> float: ...
 
 
 class _LazyRng:
@@ -266,12 +261,6 @@ class Completer:
         leaf_set = self.sampler.leaf_set(transform)
         self._leaves = (prefix, transform, leaf_set)
         return leaf_set
-
-    def complete_many(
-        self, prefixes: Sequence[bytes], settings: Settings = Settings()
-    ) -> list[Completion]:
-        """Several prompts, one after the other on the shared cache."""
-        return [self.complete(p, settings) for p in prefixes]
 
     # ------------------------------------------------------------------ PBP
     def _pbp(

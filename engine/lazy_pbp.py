@@ -42,18 +42,18 @@ from typing import Protocol
 import numpy as np
 
 from .backend import BackendError, TokenPath
+from .sampling import NEG_INF
 from .vct import Tree
 
-__all__ = ["LazyLeaf", "LazyTree", "RowFetch"]
+__all__ = ["Draws", "LazyLeaf", "LazyTree", "RowFetch"]
 
-NEG_INF = float("-inf")
 # rows for the given node paths; the last one is new, the others were asked before (a
 # tree session keeps only the nodes of its last call, so all are asked every time)
 RowFetch = Callable[[list[TokenPath]], Sequence[np.ndarray]]
 
 
-class _Draws(Protocol):
-    """What the sampler needs of a random generator (np.random.Generator has it)."""
+class Draws(Protocol):
+    """What a sampler needs of a random generator (np.random.Generator has it)."""
 
     def random(self) -> float: ...
 
@@ -70,7 +70,7 @@ class LazyLeaf:
 
 
 @dataclass
-class _Scored:
+class _ScoredNode:
     """A node after its row is known: leaf and child probabilities relative to the node."""
 
     leaves: np.ndarray  # [L] int64 leaf tokens (events included where they apply)
@@ -106,7 +106,7 @@ class LazyTree:
             if parent >= 0:
                 self._children[parent].append(i)
         self._asked: list[TokenPath] = []
-        self._scored: dict[int, _Scored] = {}
+        self._scored: dict[int, _ScoredNode] = {}
         self._node_lp = np.full(len(tree.nodes), NEG_INF)  # [N] log P(path | trunk) once known
         if tree.nodes:
             self._node_lp[0] = 0.0
@@ -119,7 +119,7 @@ class LazyTree:
         return len(self._scored)
 
     # ------------------------------------------------------------------ sampling
-    def sample(self, rng: _Draws) -> LazyLeaf:
+    def sample(self, rng: Draws) -> LazyLeaf:
         """One leaf drawn exactly in proportion to its (transformed) path probability."""
         self._need_root()
         while True:
@@ -127,7 +127,7 @@ class LazyTree:
             if leaf is not None:
                 return leaf
 
-    def _round(self, rng: _Draws) -> LazyLeaf | None:
+    def _round(self, rng: Draws) -> LazyLeaf | None:
         """One walk from the root: the leaf it accepts, or None when it rejects."""
         if self._bound[0] <= 0.0:
             raise BackendError("nothing to sample: every covering has probability zero")
@@ -195,7 +195,9 @@ class LazyTree:
         # the same sums, in the same order, as `_node_scores` (greedy ties agree with it)
         for c, lp in zip(self._children[i], child_lp, strict=True):
             self._node_lp[c] = self._node_lp[i] + lp
-        self._scored[i] = _Scored(leaves, leaf_lp, leaf_p, float(leaf_p.sum()), np.exp(child_lp))
+        self._scored[i] = _ScoredNode(
+            leaves, leaf_lp, leaf_p, float(leaf_p.sum()), np.exp(child_lp)
+        )
         self._tighten(i)
 
     def _tighten(self, i: int) -> None:

@@ -4,7 +4,7 @@ In byte mode a random model emits many partial characters, and the covering tree
 prefix that ends inside one asks, for each token ``t`` that goes on with the open
 character: does some completion ``c`` of the (new) partial character, then some probe
 ``y``, make a text ``text + c + y`` whose encoding starts with ``seq`` (the path plus
-``t``)? :meth:`Engine._encodes_with <midword.engine.vct.Engine._encodes_with>` answers
+``t``)? :meth:`CanonicalChecks.encodes_with <midword.engine.canonical.CanonicalChecks.encodes_with>` answers
 by encoding: one text per witness completion and probe, up to a few thousand encodes
 for a "no". This module answers the same question from its parts:
 
@@ -31,7 +31,7 @@ dictionary look-ups once the text's pre-token shapes are known.
 It applies where encoding is exactly "pre-tokens, then BPE of each". Under an NFC
 normalizer or with non-special added text (qwen3, deepseek_v3) the engine asks it only
 about texts that NFC leaves as they are and that hold no added text, and only about the
-completions NFC leaves alone there (``Engine._verdicts_for``, ``Engine._nfc_kept``); the
+completions NFC leaves alone there (``CanonicalChecks._verdicts_for``, ``CanonicalChecks._nfc_kept``); the
 rest is encoded.
 """
 
@@ -39,17 +39,33 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
+import regex
 
-from .vct import ENDING_INDEX, PROBES, _char_byte_offsets
-
-if TYPE_CHECKING:
-    from .completions import Completions
-    from .vct import Engine
+from .completions import Completions
+from .pretok import ClassMachine
+from .tokenizer import BPETokenizer
+from .utf8 import ENDING_INDEX, PROBES, char_byte_offsets
+from .validity import Validity
 
 SHAPES_MEMO_SIZE = 4096  # (text, class) -> pre-token shapes, a few per covering tree
+
+
+class VerdictSource(Protocol):
+    """What the verdicts read of the per-tokenizer :class:`~midword.engine.tables.Engine`."""
+
+    tok: BPETokenizer
+    validity: Validity
+    machine: ClassMachine | None
+    atoms: list[regex.Pattern[str]]
+
+    def completions(self, partial: bytes) -> Completions: ...
+
+    def class_groups(self, info: Completions) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def token_range(self, prefix: bytes) -> tuple[int, int]: ...
 
 
 class Shape(NamedTuple):
@@ -63,11 +79,11 @@ class Shape(NamedTuple):
 
 
 class PartialVerdicts:
-    """:meth:`decide` is ``Engine._encodes_with`` for data that ends inside a character,
+    """:meth:`decide` is ``CanonicalChecks.encodes_with`` for data that ends inside a character,
     where encoding is pre-tokens then BPE (the engine checks that per question)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.e = engine
+    def __init__(self, engine: VerdictSource) -> None:
+        self.engine = engine
         self.tok = engine.tok
         self._shapes: OrderedDict[tuple[object, object], tuple[Shape, ...]] = OrderedDict()
         self._signatures: dict[str, tuple[bool, ...]] = {}
@@ -83,12 +99,12 @@ class PartialVerdicts:
         probe ``y``? (``seq`` covers exactly ``text`` encoded plus ``partial``.)"""
         if not partial:
             return self._decide_whole(seq, text)
-        info = self.e.completions(partial)
-        group, first = self.e._class_groups(info)
+        info = self.engine.completions(partial)
+        group, first = self.engine.class_groups(info)
         offsets = self._seq_offsets(seq)
         data = text.encode("utf-8")
-        char_bytes = _char_byte_offsets(text)
-        succ = self.e.validity.successors(seq[-1])
+        char_bytes = char_byte_offsets(text)
+        succ = self.engine.validity.successors(seq[-1])
         heads: dict[tuple[tuple[tuple[int, int], ...], int], bool] = {}
         for g, rep in enumerate(first.tolist()):
             members: np.ndarray | None = None
@@ -132,7 +148,7 @@ class PartialVerdicts:
                 return True
         offsets = self._seq_offsets(seq)
         data = text.encode("utf-8")
-        char_bytes = _char_byte_offsets(text)
+        char_bytes = char_byte_offsets(text)
         for shape in self.shapes(head, text[-1], key):
             i = self._open_start(seq, offsets, data, char_bytes, shape)
             if i is None:
@@ -143,7 +159,7 @@ class PartialVerdicts:
                     return True
             elif self._canonical(tail) and not self._whole(word + shape.ending):
                 after = self.tok._bpe_cached(shape.ending)[0]
-                if self.e.validity.pair_valid(tail[-1], after):
+                if self.engine.validity.pair_valid(tail[-1], after):
                     return True
         return False
 
@@ -181,7 +197,7 @@ class PartialVerdicts:
         texts (the machine numbers each distinct signature of the patterns' character
         tests once, so its class ids never collide). Elsewhere: the text itself and
         ``rep``'s class."""
-        machine = self.e.machine
+        machine = self.engine.machine
         if machine is None:
             return text, self._signature(rep)
         classes = self._classes.get(text)  # a tree asks about one text many times
@@ -198,7 +214,9 @@ class PartialVerdicts:
         if sig is None:
             if len(self._signatures) >= SHAPES_MEMO_SIZE:
                 self._signatures.clear()
-            sig = self._signatures[ch] = tuple(a.fullmatch(ch) is not None for a in self.e._atoms)
+            sig = self._signatures[ch] = tuple(
+                a.fullmatch(ch) is not None for a in self.engine.atoms
+            )
         return sig
 
     def _seq_offsets(self, seq: tuple[int, ...]) -> dict[int, int]:
@@ -235,7 +253,7 @@ class PartialVerdicts:
         is reachable and every adjacent pair is valid (pair verdicts are remembered)."""
         if not toks or not self.tok.reachable[toks[0]]:
             return False
-        valid = self.e.validity.pair_valid
+        valid = self.engine.validity.pair_valid
         return all(valid(a, b) for a, b in itertools.pairwise(toks))
 
     def _whole(self, word: bytes) -> bool:
@@ -256,7 +274,7 @@ class PartialVerdicts:
         if not self.tok.ignore_merges:
             return True
         head = data[char_bytes[shape.start] :] + info.partial
-        lo, hi = self.e.token_range(head)
+        lo, hi = self.engine.token_range(head)
         if len(ok) > hi - lo:
             return True  # more completions than tokens that could be whole pre-tokens
         ids = self.tok.bytes_to_id

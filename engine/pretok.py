@@ -51,10 +51,6 @@ class Pretokenizer:
     def split(self, text: str) -> list[str]:
         return [text[s:e] for s, e in self.spans(text)]
 
-    def boundaries(self, text: str) -> list[int]:
-        """Character offsets where one pre-token ends and the next starts (0 excluded)."""
-        return [e for _, e in self.spans(text)]
-
 
 def _split_piece(
     pattern: regex.Pattern[str], behavior: str, text: str, start: int, end: int

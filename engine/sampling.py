@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import BackendError, ScoringModel, ScoringSession, TreeScoringSession
-from .vct import VCT, Engine, Tree
+from .tables import Engine
+from .vct import VCT, Tree
 
 __all__ = [
     "ByteSampler",
@@ -158,7 +159,7 @@ class NextBytes:
 
 
 @dataclass
-class _Scored:
+class _ScoredTree:
     tree: Tree
     node_lp: np.ndarray  # [N] log P(node path | trunk)
     rows: Rows  # [N][V] next-token log-probs at each node (transformed if asked)
@@ -234,7 +235,7 @@ class ByteSampler:
         )
         self._scored: list[int] = []  # trunk tokens whose log-probs are summed in _cum
         self._cum: list[float] = [0.0]  # _cum[i] = log P(first i scored trunk tokens)
-        self._cache: tuple[int, Transform, _Scored] | None = None
+        self._cache: tuple[int, Transform, _ScoredTree] | None = None
 
     # ---------------------------------------------------------------- the prefix
     @property
@@ -262,7 +263,7 @@ class ByteSampler:
         self._cache = None
 
     # ---------------------------------------------------------------- scoring
-    def _score(self, transform: Transform = Transform()) -> _Scored:
+    def _score(self, transform: Transform = Transform()) -> _ScoredTree:
         key = len(self.vct.prefix)
         if self._cache is not None and self._cache[0] == key and self._cache[1] == transform:
             return self._cache[2]
@@ -275,7 +276,7 @@ class ByteSampler:
         if not transform.is_identity:
             rows = transform.apply(np.stack(rows))
         node_lp, offsets = _node_scores(paths, rows, tree.rest, self._lengths)
-        scored = _Scored(tree, node_lp, rows, offsets)
+        scored = _ScoredTree(tree, node_lp, rows, offsets)
         self._cache = (key, transform, scored)
         return scored
 
@@ -375,7 +376,7 @@ def _node_scores(
     return node_lp, offsets
 
 
-def _leaf_arrays(sc: _Scored, owners: list[int], runs: list[np.ndarray]) -> LeafSet:
+def _leaf_arrays(sc: _ScoredTree, owners: list[int], runs: list[np.ndarray]) -> LeafSet:
     """The `LeafSet` of runs of leaf tokens, run k hanging off node ``owners[k]``.
 
     One concatenation per field and one add for all weights (the same sums, element by
@@ -408,7 +409,7 @@ def session_rows(
 LOG_TINY = -665.0
 
 
-def _aggregate(sc: _Scored, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
+def _aggregate(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
     """(float64 [256] log of the leaf path probabilities grouped by next byte, log mass).
 
     The mass is what `ByteSampler` divides by: leaves that reach past the prefix
@@ -422,7 +423,7 @@ def _aggregate(sc: _Scored, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
     return sc.buckets
 
 
-def _node_leaves(sc: _Scored, by_pos: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+def _node_leaves(sc: _ScoredTree, by_pos: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
     """(next byte, log P(path + leaf | trunk)) of node i's leaves.
 
     ``take`` on 1-D rows: a 2-D fancy index ``rows[i, leaves]`` is several times
@@ -434,7 +435,7 @@ def _node_leaves(sc: _Scored, by_pos: np.ndarray, i: int) -> tuple[np.ndarray, n
     return by_pos[sc.offsets[i]].take(leaves), values
 
 
-def _linear_sums(sc: _Scored, by_pos: np.ndarray) -> tuple[np.ndarray, float] | None:
+def _linear_sums(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float] | None:
     """`_aggregate` in probability space; None when some term is too small for it."""
     sums = np.zeros(256)
     mass = 0.0
@@ -463,7 +464,7 @@ def _too_small(values: np.ndarray) -> bool:
     return bool(np.any((values < LOG_TINY) & np.isfinite(values)))
 
 
-def _log_sums(sc: _Scored, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
+def _log_sums(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
     """`_aggregate` in the log domain: exact whatever the magnitudes, but slower."""
     firsts: list[np.ndarray] = []
     values: list[np.ndarray] = []

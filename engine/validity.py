@@ -43,6 +43,11 @@ class Validity:
             int, bool
         ] = {}  # (a << 32 | b) -> verdict: int keys, half a tuple's memory
 
+    def clear_caches(self) -> None:
+        """Forget the kept successor masks and pair verdicts (answers stay the same)."""
+        self._masks.clear()
+        self._pairs.clear()
+
     # ------------------------------------------------------------------ spines
     def right_spine(self, a: int) -> list[int]:
         """``[x_0, ..., x_m]``: last byte first, the token itself last."""

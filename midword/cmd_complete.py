@@ -91,8 +91,8 @@ def add_ensemble_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from midword.engine import PrefixError
     from midword.engine.backend import BackendError
-    from midword.engine.vct import PrefixError
 
     prefix = read_prefix(args)
     spec = ensemble_spec(args)

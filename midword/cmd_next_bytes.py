@@ -35,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from midword.engine import PrefixError
     from midword.engine.sampling import ByteSampler
-    from midword.engine.vct import PrefixError
 
     prefix = read_prefix(args)
     model, engine = load_model_and_engine(args)

@@ -46,8 +46,8 @@ def read_prefix(args: argparse.Namespace) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
+    from midword.engine import PrefixError, build_tree, load_engine
     from midword.engine.tokenizer import TokenizerError
-    from midword.engine.vct import PrefixError, build_tree, load_engine
 
     prefix = read_prefix(args)
     try:

@@ -38,10 +38,10 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
     A GGUF file is converted first (once: later runs load the cached folder), with a
     progress bar on stderr.
     """
+    from midword.engine import load_engine
     from midword.engine.backend import BackendError
     from midword.engine.hf_backend import load_hf_model
     from midword.engine.tokenizer import TokenizerError
-    from midword.engine.vct import load_engine
 
     if args.model is None:  # no --model, and the default model is missing
         try:

@@ -14,7 +14,7 @@ import codecs
 import random
 
 from midword.engine.tokenizer import BPETokenizer
-from midword.engine.vct import PROBES
+from midword.engine.utf8 import PROBES
 from tokenizers import Tokenizer
 
 from midword.testing.chars import char_completions

@@ -5,8 +5,8 @@ solve's counts rest on them)."""
 from __future__ import annotations
 
 import numpy as np
+from midword.engine import load_engine
 from midword.engine.generate import Completer, Settings
-from midword.engine.vct import load_engine
 
 from midword.testing import shipped_test_model
 from midword.testing.bigram import BigramModel

@@ -67,7 +67,7 @@ def test_logprob_rows_are_the_logprobs_read_only() -> None:
 
 @pytest.fixture(scope="module")
 def sampler():
-    from midword.engine.vct import load_engine
+    from midword.engine import load_engine
 
     engine = load_engine(str(ROOT / "models" / "default"))
     out = ByteSampler(FakeModel(engine.tok.size, seed=4, scale=3.0), engine)
@@ -89,7 +89,7 @@ def test_linear_sums_equal_log_sums(sampler, transform: Transform) -> None:
 
 def test_tiny_terms_take_the_log_domain_path(sampler) -> None:
     sc = sampler._score()
-    tiny = sampling._Scored(sc.tree, sc.node_lp - 700.0, sc.rows, sc.offsets)  # e^-700 and less
+    tiny = sampling._ScoredTree(sc.tree, sc.node_lp - 700.0, sc.rows, sc.offsets)  # e^-700 and less
     assert sampling._linear_sums(tiny, sampler._bytes) is None
     sums, mass = sampling._aggregate(tiny, sampler._bytes)
     exact = sampling._log_sums(sc, sampler._bytes)

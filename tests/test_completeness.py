@@ -7,7 +7,7 @@ and more)."""
 from __future__ import annotations
 
 import pytest
-from midword.engine.vct import VCT, load_engine
+from midword.engine import VCT, load_engine
 
 from midword.testing import real_encoder, tokenizer_path
 from midword.testing.completeness import canonical_cut, covers, is_path, run, self_check

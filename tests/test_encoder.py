@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from midword.engine import load_engine
 from midword.engine.tokenizer import TokenizerError, load_tokenizer
-from midword.engine.vct import load_engine
 from tokenizers import Regex as HFRegex
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

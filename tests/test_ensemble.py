@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from midword.engine import load_engine
 from midword.engine.backend import BackendError
 from midword.engine.ensemble import (
     PROXY_WEIGHTS,
@@ -33,7 +34,6 @@ from midword.engine.ensemble import (
 )
 from midword.engine.generate import Settings
 from midword.engine.sampling import ByteSampler, start_token
-from midword.engine.vct import load_engine
 
 from midword.testing import CORPUS, real_encoder, tokenizer_path
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from midword.engine import load_engine
 from midword.engine.backend import FakeModel
 from midword.engine.generate import Completer, Settings
 from midword.engine.sampling import ByteSampler, Transform
-from midword.engine.vct import load_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "models" / "default"

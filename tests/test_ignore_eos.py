@@ -25,7 +25,7 @@ class EosHeavyModel(FakeModel):
 
 @pytest.fixture(scope="module")
 def engine():
-    from midword.engine.vct import load_engine
+    from midword.engine import load_engine
 
     return load_engine(str(ROOT / "models" / "default"))
 

@@ -12,11 +12,11 @@ import zlib
 
 import numpy as np
 import pytest
+from midword.engine import VCT, Tree, load_engine
 from midword.engine.backend import FakeModel
 from midword.engine.generate import Completer, Settings
 from midword.engine.lazy_pbp import LazyTree
 from midword.engine.sampling import Transform
-from midword.engine.vct import VCT, Tree, load_engine
 
 from midword.testing import shipped_test_model
 

@@ -12,18 +12,13 @@ import random
 
 import numpy as np
 import pytest
+from midword.engine import VCT, Engine, load_engine
 from midword.engine.partial_leaves import Shape
-from midword.engine.vct import (
-    PROBES,
-    VCT,
-    Engine,
-    _TailBuilder,
-    all_completions,
-    load_engine,
-    split_utf8,
-)
+from midword.engine.tail import _TailBuilder
+from midword.engine.utf8 import PROBES, split_utf8
 
 from midword.testing import tokenizer_path
+from midword.testing.chars import all_completions
 
 from .oracle import _ends_inside_char
 
@@ -63,14 +58,14 @@ TEXTS = _texts(seed=7, count=6, length=14)
 @pytest.fixture(scope="module", params=FAST_TOKENIZERS)
 def engine(request: pytest.FixtureRequest) -> Engine:
     eng = load_engine(str(tokenizer_path(request.param)))
-    assert eng.partial_verdicts() is not None
+    assert eng.canonical.partial_verdicts() is not None
     return eng
 
 
 def _slow(engine: Engine, seq: tuple[int, ...], data: bytes) -> bool:
     engine.partial_fast = False
     try:
-        return engine._encodes_with(seq, data)
+        return engine.canonical.encodes_with(seq, data)
     finally:
         engine.partial_fast = True
 
@@ -81,8 +76,8 @@ class _Both(_TailBuilder):
     asked: list[tuple[tuple[int, ...], bytes, bool]] = []
 
     def _extends_canonically(self, seq: tuple[int, ...], data: bytes) -> bool:
-        fast = self.e._encodes_with(seq, data)
-        assert fast == _slow(self.e, seq, data), (self.region, seq, data)
+        fast = self.engine.canonical.encodes_with(seq, data)
+        assert fast == _slow(self.engine, seq, data), (self.region, seq, data)
         _Both.asked.append((seq, data, fast))
         return fast
 
@@ -142,7 +137,7 @@ def asked(engine: Engine) -> list[tuple[tuple[int, ...], bytes, bool]]:
             else:  # data that ends on a character boundary: the straddlers' questions
                 _Both(engine, region).run()
     for seq, data in questions:
-        verdict = engine._encodes_with(seq, data)
+        verdict = engine.canonical.encodes_with(seq, data)
         assert verdict == _slow(engine, seq, data), (seq, data)
         _Both.asked.append((seq, data, verdict))
     return list(_Both.asked)
@@ -184,7 +179,7 @@ def test_whole_pre_tokens_are_left_out() -> None:
     """Under ignore_merges a pre-token that is itself a token comes out as that token,
     so a completion that makes one never ends a sequence inside it."""
     engine = load_engine(str(tokenizer_path("llama3")))
-    fast = engine.partial_verdicts()
+    fast = engine.canonical.partial_verdicts()
     word = next(w for w in engine._sorted_keys if w.startswith("的".encode()) and len(w) == 6)
     partial = word[3:5]  # the second CJK character, cut before its last byte
     info = engine.completions(partial)
@@ -223,7 +218,7 @@ def test_whole_token_splits_equal_encoding() -> None:
     engine = load_engine(str(tokenizer_path("llama3")))
     verdicts = []
     for seq, data in _split_questions(engine, 1 << 20):
-        verdicts.append(engine._encodes_with(seq, data))
+        verdicts.append(engine.canonical.encodes_with(seq, data))
         assert verdicts[-1] == _slow(engine, seq, data), (seq, data)
     assert verdicts.count(True) > 1000 and verdicts.count(False) >= 1
 
@@ -232,7 +227,7 @@ def test_encodes_word_is_encode_word() -> None:
     """The pre-token check without BPE equals the encoder's, on whole tokens, their BPE
     splits and words that are no token."""
     engine = load_engine(str(tokenizer_path("llama3")))
-    fast, tok = engine.partial_verdicts(), engine.tok
+    fast, tok = engine.canonical.partial_verdicts(), engine.tok
     rng = random.Random(5)
     words = [w for w in rng.sample(engine._sorted_keys, 3000) if not _ends_inside_char(w)]
     words += [a + b for a, b in zip(words[:500], words[500:1000], strict=True)]

@@ -10,10 +10,10 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from midword.engine import VCT, build_tree, load_engine
 from midword.engine.bytelevel import chars_to_bytes
 from midword.engine.pretok import ClassMachine, parse_pretokenizer
 from midword.engine.tokenizer import load_tokenizer
-from midword.engine.vct import VCT, build_tree, load_engine
 from tokenizers import Tokenizer
 from tokenizers import pre_tokenizers as hf_pre
 

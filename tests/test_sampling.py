@@ -9,8 +9,8 @@ import random
 
 import numpy as np
 import pytest
+from midword.engine import load_engine
 from midword.engine.sampling import ByteSampler
-from midword.engine.vct import load_engine
 
 from midword.testing import CORPUS, real_encoder, tokenizer_path
 

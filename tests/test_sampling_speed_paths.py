@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from midword.engine import load_engine
 from midword.engine.backend import FakeModel
 from midword.engine.sampling import (
     ByteSampler,
@@ -15,10 +16,9 @@ from midword.engine.sampling import (
     Transform,
     _common_len,
     _node_scores,
-    _Scored,
+    _ScoredTree,
     logsumexp,
 )
-from midword.engine.vct import load_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIXES = [
@@ -50,7 +50,7 @@ def sampler(engine) -> ByteSampler:
     return ByteSampler(FakeModel(engine.tok.size, seed=5, scale=1.0), engine, track_prefix=False)
 
 
-def plain_leaf_set(sc: _Scored, special: np.ndarray) -> LeafSet:
+def plain_leaf_set(sc: _ScoredTree, special: np.ndarray) -> LeafSet:
     """The leaf set as first written: one full / asarray / fancy-index add per run."""
     nodes, tokens, weights = [], [], []
     for i, node in enumerate(sc.tree.nodes):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import pytest_lsp
 from lsprotocol import types
+from midword.engine import load_engine
 from midword.engine.ensemble import Ensemble
 from midword.engine.generate import Settings
-from midword.engine.vct import load_engine
 from pytest_lsp import LanguageClient
 
 from midword.testing import tokenizer_path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from midword.engine.vct import load_engine
+from midword.engine import load_engine
 
 from midword.testing import shipped_test_model, tokenizer_path
 

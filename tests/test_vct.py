@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from midword.engine.vct import MAX_PREFIX_BYTES, VCT, PrefixError, build_tree, load_engine
+from midword.engine import VCT, PrefixError, build_tree, load_engine
+from midword.engine.vct import MAX_PREFIX_BYTES
 
 from midword.testing import CORPUS, tokenizer_path
 
@@ -180,10 +181,10 @@ def test_tail_cache_is_bounded_by_leaf_bytes() -> None:
     import doctest
 
     import numpy as np
-    from midword.engine import vct
-    from midword.engine.vct import TailCache, TailNode
+    from midword.engine import tail
+    from midword.engine.tail import TailCache, TailNode
 
-    assert doctest.testmod(vct, optionflags=doctest.ELLIPSIS).failed == 0
+    assert doctest.testmod(tail, optionflags=doctest.ELLIPSIS).failed == 0
 
     def tail(n: int) -> tuple[tuple[int, ...], list[TailNode]]:
         return (), [TailNode((), True, np.arange(n, dtype=np.int64))]

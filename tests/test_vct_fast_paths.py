@@ -11,16 +11,10 @@ import random
 
 import numpy as np
 import pytest
-from midword.engine.vct import (
-    PROBE_ENDINGS,
-    VCT,
-    Config,
-    Engine,
-    LeafTables,
-    _Node,
-    _TailBuilder,
-    load_engine,
-)
+from midword.engine import VCT, Engine, load_engine
+from midword.engine.leaf_tables import Config, LeafTables
+from midword.engine.tail import _Node, _TailBuilder
+from midword.engine.utf8 import PROBE_ENDINGS
 
 from midword.testing import tokenizer_path
 
@@ -52,11 +46,11 @@ def _reference_verdicts(
 ) -> np.ndarray:
     """The whole-vocabulary verdicts as the rule states them: every token that would make
     a whole token with the open pre-token's head is judged by ``continues``."""
-    if configs[0][1] == k:
+    if configs[0].start == k:
         return tables.fresh_tok.copy()
     verdict = np.zeros(builder.tok.size, dtype=bool)
-    succ = builder.e.validity.successors(node.last) if node.last is not None else None
-    chain = tuple(c[2] for c in configs)
+    succ = builder.engine.validity.successors(node.last) if node.last is not None else None
+    chain = tuple(c.state for c in configs)
     for n, ((splits, s, _, _), (a_tok, b_tok)) in enumerate(
         zip(configs, tables.masks(chain), strict=True)
     ):
@@ -160,13 +154,13 @@ def test_whole_word_drops_follow_the_rule(engine: Engine, monkeypatch) -> None: 
 def test_remembered_continues_verdicts_equal_fresh_ones(engine: Engine, monkeypatch) -> None:  # noqa: ANN001
     """The ``continues`` memo, small enough to be cleared many times, holds the verdicts
     of the uncached rule (and the checking builder compares every whole-vocabulary call)."""
-    from midword.engine import vct as vct_mod
+    from midword.engine import leaf_tables
 
     if not engine.tok.ignore_merges:
         pytest.skip("without ignore_merges there are no whole words: continues is never asked")
-    monkeypatch.setattr(vct_mod, "CONTINUES_MEMO_SIZE", 8)
+    monkeypatch.setattr(leaf_tables, "CONTINUES_MEMO_SIZE", 8)
     tables = engine.tables
-    tables._continued.clear()
+    tables.clear_caches()
     seen = 0
     for text in TEXTS[:2]:
         for region in _regions(engine, text):
@@ -182,9 +176,9 @@ def _walk_trees(engine: Engine, text: str, clear: bool) -> list[tuple]:
     vct, out = VCT(engine), []
     for b in _data(engine, text):
         vct.push(b)
-        engine._tails.clear()
+        engine.tail_cache.clear()
         if clear:
-            engine._canonical.clear()
+            engine.canonical.clear()
         tree = vct.tree()
         nodes = [(n.path, n.ends_at_prefix_end, n.leaves.tolist()) for n in tree.nodes]
         out.append((tree.trunk, tree.rest, tree.complete, nodes))
@@ -194,10 +188,10 @@ def _walk_trees(engine: Engine, text: str, clear: bool) -> list[tuple]:
 def test_kept_answers_equal_fresh_ones(engine: Engine) -> None:
     text = TEXTS[1]
     warm = _walk_trees(engine, text, clear=False)
-    assert engine._canonical  # the walk asked (mid-character end children)
-    kept = list(engine._canonical.items())
+    assert engine.canonical.memo  # the walk asked (mid-character end children)
+    kept = list(engine.canonical.memo.items())
     for (seq, data), answer in kept[:: max(1, len(kept) // 300)]:  # a few hundred, spread
-        assert engine._encodes_with(seq, data) == answer, (seq, data)
+        assert engine.canonical.encodes_with(seq, data) == answer, (seq, data)
     assert _walk_trees(engine, text, clear=True) == warm
 
 
@@ -218,8 +212,8 @@ def test_whole_words_equal_a_plain_scan(engine: Engine) -> None:
     rng = random.Random(0)
     words = [w for w in rng.sample(engine._sorted_keys, 150) if len(w) > 1]
     heads = [b"in", b"\xe0", b"12", b"__", *(w[: rng.randrange(2, len(w) + 1)] for w in words)]
+    engine.clear_caches()  # every head's whole words computed afresh
     for head in heads:
-        engine._whole_cache.pop(head, None)
         got = engine.whole_words(head)
         assert dict(zip(got.ids.tolist(), map(set, got.exts), strict=True)) == (
             _plain_whole_words(engine, head)
@@ -233,7 +227,7 @@ def test_probes_of_one_class_split_every_text_alike(name: str) -> None:
     """`Engine.split_probes` keeps one probe per class sequence: every probe it drops
     splits random texts (code, prose, CJK, digits, contractions, whitespace, cut at random
     characters) exactly as the probe kept for its class does."""
-    from midword.engine.vct import PROBES
+    from midword.engine.utf8 import PROBES
 
     from midword.testing import CORPUS
 
@@ -282,7 +276,7 @@ def test_hypotheses_kept_by_shape_equal_fresh_ones(name: str) -> None:
         first, second = (t.encode()[: len(t.encode()) - cut or None] for t in (piece, twin))
         _TailBuilder(engine, first)._probe_hyps()  # remembered by shape
         kept = _TailBuilder(engine, second)._probe_hyps()
-        engine._hyps_memo.clear()
+        engine.clear_caches()
         assert kept == _TailBuilder(engine, second)._probe_hyps(), (piece, twin, cut)
     assert swapped > 100  # the twins really are other texts
 
@@ -315,7 +309,7 @@ def test_tokens_after_a_partial_character_keep_the_valid_ones(engine: Engine) ->
     character, and keeps each token that starts with a continuation byte and makes valid
     UTF-8 (so far): it may keep a few invalid ones (overlong forms), which the exact check
     after it rejects."""
-    from midword.engine.vct import PrefixError, split_utf8
+    from midword.engine.utf8 import PrefixError, split_utf8
 
     starting = [
         i for i, b in enumerate(engine.tok.token_bytes) if b is not None and 0x80 <= b[0] < 0xC0

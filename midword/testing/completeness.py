@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
+from midword.engine import VCT, Engine, Tree, load_engine
 from midword.engine.tokenizer import BPETokenizer
-from midword.engine.vct import VCT, Engine, Tree, load_engine
 
 from .chars import char_completions
 from .corpus import CORPUS
