@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from midword.engine.hf_backend import HFSession
-from midword.server.controller import Controller
+from midword.server.controller import Controller, _Asked
 from midword.server.document import Range
 from midword.server.worker import Answer
 
@@ -64,7 +64,7 @@ class ForwardClock:
 
 
 class WorkerCPU:
-    """CPU seconds the model worker thread spends on its tasks (syncs, requests).
+    """CPU seconds of the model worker thread (syncs, requests), read from its own clock.
 
     Wall-clock overhead on a shared machine also counts the time the server's threads
     wait for a core; CPU time counts only the work they do, so the two side by side tell
@@ -72,21 +72,12 @@ class WorkerCPU:
     """
 
     def __init__(self, controller: Controller) -> None:
-        self.seconds = 0.0
-        executor = controller.host._worker
-        submit = executor.submit
+        thread = controller.host._worker._thread
+        self._clock = time.pthread_getcpuclockid(thread.ident)
 
-        def counted(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-            def run():  # noqa: ANN202
-                started = time.thread_time()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self.seconds += time.thread_time() - started
-
-            return submit(run)
-
-        executor.submit = counted  # type: ignore[method-assign]
+    @property
+    def seconds(self) -> float:
+        return time.clock_gettime(self._clock)
 
 
 class GCWatch:
@@ -142,8 +133,8 @@ async def keystroke(controller: Controller, text: str, line: int, col: int, vers
     started = time.perf_counter()
     controller.change(URI, version, [(Range(line, col, line, col), text)])
     doc = controller.documents[URI]
-    cursor = doc.last_edit
-    answer = await controller._run(doc, cursor, controller._scope(doc, cursor, "auto"), 1)
+    asked = _Asked.at(doc, doc.last_edit)
+    answer = await controller._run(asked, controller._scope(asked, "auto"), 1)
     return time.perf_counter() - started, answer
 
 

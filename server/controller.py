@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,7 @@ class Controller:
         self.host = ModelHost(on_status=on_status, on_progress=on_progress)
         self._ids = itertools.count(1)
         self._indents: dict[str, _IndentMemo] = {}  # uri -> tallies of the lines above
+        self._jobs: dict[str, _Job] = {}  # uri -> its latest request on the worker
         self._settings: tuple[ServerOptions, int, list[Settings]] | None = None
 
     # ------------------------------------------------------------------ options
@@ -110,6 +112,7 @@ class Controller:
     def close(self, uri: str) -> None:
         self.documents.pop(uri, None)
         self._indents.pop(uri, None)
+        self._jobs.pop(uri, None)
         self.host.close(uri)
 
     # ------------------------------------------------------------------ completions
@@ -163,6 +166,36 @@ class Controller:
             log.debug("%s: no completion (%s)", request_id, self.host.status.message)
             return Answer(reason=self.host.status.message)
         started = time.perf_counter()
+        job = self._job_for(asked, scope, items, request_id)
+        from midword.engine.generate import Interrupted  # loaded with the model by now
+
+        job.waiters += 1
+        try:
+            answer = await asyncio.shield(job.answer)  # one waiter's cancel is not the job's
+        except asyncio.CancelledError:
+            job.leave()  # the last one to leave stops the worker at its next check
+            log.debug("%s: cancelled by the client", request_id)
+            raise
+        except (Interrupted, Superseded) as exc:
+            log.debug("%s: dropped (%s)", request_id, exc)
+            return Answer(reason="superseded")
+        if log.isEnabledFor(logging.DEBUG):  # not formatted for nothing on every keystroke
+            _log_answer(request_id, answer, time.perf_counter() - started)
+        self.host.status = replace(
+            self.host.status, latency_ms=(time.perf_counter() - started) * 1e3
+        )
+        self.host.on_status(self.host.status)
+        return answer
+
+    def _job_for(self, asked: _Asked, scope: Scope, items: int, request_id: str) -> _Job:
+        """The worker job answering this question: the one already asked for the same
+        cursor of the same version with the same scope and items (running, or answered),
+        else a new one. Editors ask again at the same place (a timer, a second trigger):
+        a new job would supersede the running one and start over, and never finish."""
+        question = (asked, scope, items, self.options)
+        job = self._jobs.get(asked.doc.uri)
+        if job is not None and job.question == question and job.usable():
+            return job
         doc, cursor, cancelled = asked.doc, asked.cursor, threading.Event()
         documents = self.documents
         request = Request(
@@ -177,26 +210,9 @@ class Controller:
             request_id=request_id,
             version=doc.version,
         )
-        from midword.engine.generate import Interrupted  # loaded with the model by now
-
         future = self.host.submit(request)
-        try:
-            answer = await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            cancelled.set()  # the worker stops at its next check
-            future.cancel()
-            log.debug("%s: cancelled by the client", request_id)
-            raise
-        except (Interrupted, Superseded) as exc:
-            log.debug("%s: dropped (%s)", request_id, exc)
-            return Answer(reason="superseded")
-        if log.isEnabledFor(logging.DEBUG):  # not formatted for nothing on every keystroke
-            _log_answer(request_id, answer, time.perf_counter() - started)
-        self.host.status = replace(
-            self.host.status, latency_ms=(time.perf_counter() - started) * 1e3
-        )
-        self.host.on_status(self.host.status)
-        return answer
+        job = self._jobs[doc.uri] = _Job(question, future, asyncio.wrap_future(future), cancelled)
+        return job
 
     def _indent_unit(self, doc: Document, cursor: Cursor) -> str:
         """`indent_unit` of the lines up to the cursor's; the tallies of the lines above it
@@ -270,6 +286,29 @@ def _rss_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+@dataclass
+class _Job:
+    """A request on the worker and the LSP requests waiting for its answer."""
+
+    question: tuple[Any, ...]  # (asked, scope, items, options): what it answers
+    future: Future[Answer]
+    answer: asyncio.Future[Answer]  # the future on the event loop
+    cancelled: threading.Event  # set when every waiter was cancelled
+    waiters: int = 0
+
+    def usable(self) -> bool:
+        """Still running, or answered (not cancelled, superseded or failed)."""
+        if not self.future.done():
+            return not self.cancelled.is_set()
+        return not self.future.cancelled() and self.future.exception() is None
+
+    def leave(self) -> None:
+        self.waiters -= 1
+        if self.waiters == 0:
+            self.cancelled.set()
+            self.future.cancel()
 
 
 @dataclass

@@ -78,6 +78,7 @@ class Document:
         self.version = version
         self.language_id = language_id
         self.lines = split_lines(clean_text(text))
+        self._bytes = _total_bytes(self.lines)
         self.window_line: int | None = None  # start line of the prompt window
         self.last_edit: Cursor | None = None  # where the latest edit ended (the likely cursor)
         self.edits = 0  # changes applied so far
@@ -92,7 +93,8 @@ class Document:
         return _body(self.lines[line])
 
     def size_bytes(self) -> int:
-        return sum(utf8_len(line) for line in self.lines)
+        """UTF-8 bytes of the text (kept up to date by the edits, not summed on demand)."""
+        return self._bytes
 
     def cursor(self, line: int, character: int, encoding: str) -> Cursor:
         """The cursor for an LSP position; lines past the end clamp to the end of the text."""
@@ -113,15 +115,11 @@ class Document:
     def line_suffix(self, cursor: Cursor) -> str:
         return self.body(cursor.line)[cursor.index :]
 
-    def byte_offset(self, cursor: Cursor) -> int:
-        """Bytes of the text before the cursor (the whole document, not the window)."""
-        before = sum(utf8_len(line) for line in self.lines[: cursor.line])
-        return before + utf8_len(self.line_prefix(cursor))
-
     # ------------------------------------------------------------------ editing
     def replace_all(self, text: str, version: int) -> None:
         self.edits += 1
         self.lines = split_lines(clean_text(text))
+        self._bytes = _total_bytes(self.lines)
         self.version = version
         self.window_line = None
         last = len(self.lines) - 1
@@ -140,6 +138,7 @@ class Document:
         new = split_lines(head + text + tail)
         if end.line < len(self.lines) - 1:
             new.pop()  # the piece ends with the old line's ending: no empty line after it
+        self._bytes += _total_bytes(new) - _total_bytes(self.lines[start.line : end.line + 1])
         self.lines[start.line : end.line + 1] = new
         self._shift_window(start.line, end.line, len(new))
         inserted = split_lines(text)
@@ -196,6 +195,10 @@ class Document:
                 break
             start -= 1
         return start
+
+
+def _total_bytes(lines: list[str]) -> int:
+    return sum(utf8_len(line) for line in lines)
 
 
 def _cut_long_line(head: str, window_bytes: int) -> str:

@@ -25,6 +25,7 @@ the latency:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict, deque
@@ -75,6 +76,9 @@ class Scheduler:
         self._requests: OrderedDict[str, _Job] = OrderedDict()  # key -> waiting request
         self._background: dict[str, _Background] = {}
         self._closed = False
+        # when the idle worker wakes by itself (inf: never; -inf: it is working): a post
+        # due later needs no wake-up, so typing does not wake it on every keystroke
+        self._wake_at = -math.inf
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -106,8 +110,10 @@ class Scheduler:
         with self._cond:
             self._check_open()
             self._background.pop(key, None)  # re-posted: it moves to the end (newest)
-            self._background[key] = _Background(fn, args, time.monotonic() + delay)
-            self._cond.notify()
+            due = time.monotonic() + delay
+            self._background[key] = _Background(fn, args, due)
+            if due < self._wake_at:  # else the worker wakes in time (or is working)
+                self._cond.notify()
 
     def take_background(self, key: str) -> tuple[Callable[..., None], tuple[Any, ...]] | None:
         """Remove ``key``'s waiting background job and return it (to run it now, or never)."""
@@ -173,7 +179,9 @@ class Scheduler:
                 wait = self._due_background()
                 if isinstance(wait, _Background):
                     return wait
+                self._wake_at = math.inf if wait is None else time.monotonic() + wait
                 self._cond.wait(wait)
+                self._wake_at = -math.inf
             return None
 
     def _due_background(self) -> _Background | float | None:

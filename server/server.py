@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import stat
+import sys
+import threading
 import uuid
 from collections.abc import Generator
-from typing import Any
+from typing import Any, BinaryIO
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
+from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -111,6 +116,33 @@ class MidwordServer(LanguageServer):
             on_problem=self._show_warning,
         )
 
+    def _start_io_async(
+        self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
+    ) -> None:
+        """pygls' stdio loop, with stdin read by `PipeReader` where it is a pipe."""
+        stdin = stdin or sys.stdin.buffer
+        if not _is_pipe(stdin):
+            super()._start_io_async(stdin, stdout)
+            return
+        self._stop_event = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(
+                run_async(
+                    stop_event=self._stop_event,
+                    reader=PipeReader(stdin),
+                    protocol=self.protocol,
+                    logger=log,
+                    error_handler=self.report_server_error,
+                )
+            )
+        except BrokenPipeError:
+            log.error("Connection to the client is lost! Shutting down the server.")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
     def _call_soon(self, fn: Any, *args: Any) -> None:
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(fn, *args)
@@ -137,6 +169,51 @@ class MidwordServer(LanguageServer):
     def _show_warning(self, message: str) -> None:
         params = types.ShowMessageParams(type=types.MessageType.Warning, message=message)
         self._call_soon(self.window_show_message, params)
+
+
+class PipeReader:
+    """The client's messages read on the event loop itself (an asyncio pipe transport).
+
+    pygls reads stdin on a thread pool: every header line and every body is a hop to a
+    pool thread and back, four GIL hand-overs per message. With the model worker
+    running Python code, each waits up to a switch interval, and at a thousand edits
+    a second messages queued up for seconds. Here one read takes all that has come.
+    """
+
+    def __init__(self, stdin: BinaryIO) -> None:
+        self.stdin = stdin
+        self._stream: asyncio.StreamReader | None = None
+
+    async def _reader(self) -> asyncio.StreamReader:
+        if self._stream is None:
+            loop = asyncio.get_running_loop()
+            stream = asyncio.StreamReader()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), self.stdin)
+            self._stream = stream
+        return self._stream
+
+    async def readline(self) -> bytes:
+        # Let the tasks of the message just handled take their first step before the next
+        # one is applied: a request's handler reads the document (cursor, version, text)
+        # before its first await, so it sees the document as the client saw it when it
+        # sent the request. Data already buffered would otherwise be read without a pause.
+        await asyncio.sleep(0)
+        return await (await self._reader()).readline()  # b"" at the end of the input
+
+    async def readexactly(self, n: int) -> bytes:
+        try:
+            return await (await self._reader()).readexactly(n)
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial  # the client went away mid-message
+
+
+def _is_pipe(stream: BinaryIO) -> bool:
+    """A pipe, socket or terminal (what an asyncio pipe transport reads), not a file."""
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
 class _LoadProgress:

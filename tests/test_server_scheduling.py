@@ -339,6 +339,7 @@ def test_an_answer_for_an_unchanged_document_is_placed_in_its_version() -> None:
         )
     )
     assert got == [InlineItem("me", 2, 18)]  # UTF-16: é is one unit, 😀 two
+    controller, stub = _controller()
     got = asyncio.run(
         _answer_after(
             controller, stub, controller.completion_list("file:///a.py", 2, 18), edit_elsewhere
@@ -359,5 +360,36 @@ def test_the_worker_sees_a_request_go_stale() -> None:
         assert not request.is_current()
         stub.futures[0].set_result(Answer(texts=["me"]))
         assert await task == []
+
+    asyncio.run(run())
+
+
+def test_the_same_question_again_joins_the_request_on_the_worker() -> None:
+    """An editor asking again at the same cursor of the same version (a timer, a second
+    trigger) waits for the running request instead of superseding it; a cancel by one
+    asker leaves it running for the other; once answered, the answer is given again."""
+    controller, stub = _controller()
+    uri = "file:///a.py"
+
+    async def run() -> None:
+        first = asyncio.ensure_future(controller.inline(uri, 2, 18, False))
+        second = asyncio.ensure_future(controller.inline(uri, 2, 18, False))
+        other = asyncio.ensure_future(controller.inline(uri, 2, 17, False))  # another cursor
+        await asyncio.sleep(0)
+        assert len(stub.requests) == 2
+        first.cancel()
+        await asyncio.sleep(0)
+        assert not stub.futures[0].cancelled() and stub.requests[0].is_current()
+        stub.futures[0].set_result(Answer(texts=["me"]))
+        stub.futures[1].set_result(Answer(texts=["ame"]))
+        assert await second == [InlineItem("me", 2, 18)]
+        assert await other == [InlineItem("ame", 2, 17)]
+        again = await controller.inline(uri, 2, 17, False)  # the latest, answered: kept
+        assert again == [InlineItem("ame", 2, 17)] and len(stub.requests) == 2
+        lone = asyncio.ensure_future(controller.inline(uri, 0, 0, False))
+        await asyncio.sleep(0)
+        lone.cancel()
+        await asyncio.sleep(0)
+        assert stub.futures[2].cancelled() and not stub.requests[2].is_current()
 
     asyncio.run(run())

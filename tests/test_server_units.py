@@ -72,6 +72,9 @@ def test_random_edits_match_string_edits(seed: int) -> None:
             continue  # an edit between \r and \n changes where lines break; LSP clients avoid it
         text = _apply(text, start, end, rng.choice(pieces + [""]), doc)
         assert doc.text() == text
+        assert doc.size_bytes() == len(text.encode("utf-8"))  # kept, not summed
+    doc.replace_all("中x", 9)
+    assert doc.size_bytes() == 4
 
 
 def test_positions_past_the_end_clamp() -> None:
