@@ -31,6 +31,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from midword.engine.hf_backend import (  # noqa: E402
+    CAUSAL_PREFILL_MIN,
     VERIFIED_ARCHITECTURES,
     HFModel,
     HFSession,
@@ -247,13 +248,18 @@ def random_tree(rng: random.Random, size: int = 8, deep: int = 0) -> list[TokenP
 # --------------------------------------------------------------------------------------
 
 
-def test_tree_matches_plain_forward_passes(arch_model: tuple[str, HFModel]) -> None:
+def test_tree_matches_plain_forward_passes(
+    arch_model: tuple[str, HFModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Cold cache, cached trunk, collected rows, trunk growth into the tree, backspace;
-    the prompt (20 tokens) and one tree path (8 deep) are longer than the window."""
+    the prompt and one tree path are longer than the window. Long runs of new trunk
+    tokens (a prompt, a paste) go through the model's own causal mask, the tree on top
+    through the tree mask: both are checked, cold and on a cached trunk."""
     arch, model = arch_model
+    causal_flags = spy_on_forward(monkeypatch)
     oracle, rng = Oracle(model), random.Random(11)
     session = model.session(bos_id=1)
-    trunk = [rng.randrange(10, 300) for _ in range(20)]
+    trunk = [rng.randrange(10, 300) for _ in range(CAUSAL_PREFILL_MIN + 8)]
     worst = check(session, oracle, trunk, random_tree(rng, deep=2 * WINDOW - 4))
     for _ in range(3):
         paths = random_tree(rng, deep=WINDOW + 2)
@@ -263,7 +269,25 @@ def test_tree_matches_plain_forward_passes(arch_model: tuple[str, HFModel]) -> N
         worst = max(worst, check(session, oracle, grown, random_tree(rng)))
         trunk = grown[: len(trunk) + 2]  # backspace over part of the growth
         worst = max(worst, check(session, oracle, trunk, random_tree(rng)))
+    pasted = [rng.randrange(10, 300) for _ in range(CAUSAL_PREFILL_MIN)]
+    worst = max(worst, check(session, oracle, trunk + pasted, [()]))  # causal on the cache
+    trunk += pasted + pasted[::-1]
+    worst = max(worst, check(session, oracle, trunk, random_tree(rng, deep=WINDOW + 1)))
     assert worst <= TOLERANCE[DTYPE], (arch, worst)
+    assert causal_flags.count(True) == 3 and False in causal_flags
+
+
+def spy_on_forward(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record, for every forward call of a session, whether it took the causal path."""
+    flags: list[bool] = []
+    forward = HFSession._forward
+
+    def recorded(self: HFSession, step: Any, causal: bool = False) -> np.ndarray:
+        flags.append(causal)
+        return forward(self, step, causal)
+
+    monkeypatch.setattr(HFSession, "_forward", recorded)
+    return flags
 
 
 CODE = (
