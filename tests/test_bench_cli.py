@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import random
 from pathlib import Path
 
 import pytest
@@ -211,3 +213,112 @@ def test_counted_tokens_equal_a_cold_cache() -> None:
         # token boundary, never costs more.
         plain = 1 + len(engine.tok.encode(sample["prefix"]))
         assert scorer.token_level(sample)["inference_tokens"] <= plain
+
+
+# ---------------------------------------------------------------------- the cut split
+@pytest.mark.parametrize(
+    ("before", "after", "kind"),
+    [
+        ("    ret", "urn", "mid-word"),
+        ("x = 1", "2", "mid-word"),  # inside a number
+        ("def f", "oo", "mid-word"),
+        ("return ", "x", "after space"),
+        ("a ", " ", "after space"),  # a run of spaces
+        ("f(", "x", "other"),
+        ("x\n", "y", "other"),
+        ("my_", "var", "other"),  # an underscore is not a letter or digit
+        ("caf", "é", "other"),  # non-ASCII on one side
+        ("", "a", "other"),  # nothing before the cut
+        ("ab", "", "other"),  # nothing after it
+    ],
+)
+def test_cut_kind(before: str, after: str, kind: str) -> None:
+    assert common.cut_kind(before, after) == kind
+    # every benchmark classifies a cut the same way
+    problem = {"prompt": before, "canonical_solution": after}
+    assert humaneval.cut_kind(problem) == kind
+    if after:
+        assert charlm.is_mid_word(before, after[0]) == (kind == "mid-word")
+
+
+def _problem(i: int, before: str, after: str) -> dict:
+    return {"task_id": f"T/{i}", "prompt": "x" + before, "canonical_solution": after}
+
+
+def test_select_per_cut_is_balanced_and_seeded() -> None:
+    kinds = [("ret", "urn"), ("return ", "x"), ("f(", "x")]
+    # mid-word cuts are rare here, as in the real data
+    problems = [_problem(i, *kinds[0 if i % 7 == 0 else 1 + i % 2]) for i in range(60)]
+    picked = humaneval.select(problems, 0, seed=5, per_cut=3)
+    counts = [humaneval.cut_kind(p) for p in picked]
+    assert sorted(counts) == sorted(list(humaneval.CUTS) * 3)
+    # the same seeded order as the plain subset: each kind's first problems in it
+    order = humaneval.select(problems, len(problems), seed=5)
+    for cut in humaneval.CUTS:
+        first = [p for p in order if humaneval.cut_kind(p) == cut][:3]
+        assert [p for p in picked if humaneval.cut_kind(p) == cut] == first
+    # a larger count extends the subset (reruns resume), another seed changes it
+    more = humaneval.select(problems, 0, seed=5, per_cut=4)
+    assert all(p in more for p in picked) and len(more) == 12
+    assert humaneval.select(problems, 0, seed=6, per_cut=3) != picked
+    # fewer problems of a kind than asked: all of them
+    assert len(humaneval.select(problems, 0, seed=5, per_cut=100)) == len(problems)
+
+
+def test_humaneval_report_splits_by_cut() -> None:
+    problems = [_problem(0, "ret", "urn"), _problem(1, "return ", "x"), _problem(2, "f(", "x")]
+    problems += [_problem(3, "ret", "urn")]
+    passed = {"T/0": True, "T/1": False, "T/2": True, "T/3": False}
+    completions = {"T/0": "urn", "T/1": "y", "T/2": "x", "T/3": "urned"}
+    records = [
+        {"config": "naive", "task_id": t, "cut": humaneval.cut_kind(p), "passed": passed[t]}
+        | {"completion": completions[t], "gen_seconds": 0.1}
+        for t, p in ((p["task_id"], p) for p in problems)
+    ]
+    markdown, summary = humaneval.report(records, problems)
+    naive = summary["configs"]["naive"]
+    assert naive["mid-word"] == {"n": 2, "pass@1": 0.5, "first_word": 0.5}
+    assert naive["after space"] == {"n": 1, "pass@1": 0.0, "first_word": 0.0}
+    assert naive["other"] == {"n": 1, "pass@1": 1.0, "first_word": 1.0}
+    assert "0.500 / 0.500 (2)" in markdown and "1.000 / 1.000 (1)" in markdown
+
+
+def _charlm_record(key: int, prefix: str, target: str, right: dict[str, bool]) -> dict:
+    methods = {"token": {"logprob": -1.0, "chars": 1, "correct": True, "overhead": 0}}
+    for name in charlm.METHODS[1:]:
+        methods[name] = {"correct": right[name], "overhead": 1}
+        if name in ("naive", "bytesampler"):
+            methods[name]["logprob"] = -math.log(2) * (1 + key)
+    return {
+        "key": str(key),
+        "mid_word": charlm.is_mid_word(prefix, target),
+        "cut_kind": common.cut_kind(prefix, target),
+        "methods": methods,
+    }
+
+
+def test_charlm_report_splits_by_cut() -> None:
+    rng = random.Random(0)
+    cuts = [("retu", "r"), ("x ", "y"), ("f(", "x")]
+    records = []
+    for i in range(30):
+        right = {name: rng.random() < 0.5 for name in charlm.METHODS[1:]}
+        records.append(_charlm_record(i, *cuts[rng.randrange(3)], right))
+    markdown, summary = charlm.report(records)
+    for name in ("naive", "healing2", "bytesampler"):
+        for cut in common.CUTS:
+            part = [r for r in records if r["cut_kind"] == cut]
+            got = summary["methods"][name][cut]
+            assert got["n"] == len(part)
+            right = sum(r["methods"][name]["correct"] for r in part)
+            assert got["accuracy"] == pytest.approx(right / len(part))
+            if name == "healing2":
+                assert "bpc" not in got  # backtracking has no next-character distribution
+            else:  # bits per char of a sample is 1 + its key, by construction
+                assert got["bpc"] == pytest.approx(sum(1 + int(r["key"]) for r in part) / len(part))
+    n_mid = sum(r["cut_kind"] == "mid-word" for r in records)
+    assert summary["methods"]["naive"]["n_mid_word"] == n_mid
+    assert f"mid-word (n={n_mid}): accuracy" in markdown
+    # a record from before cut kinds were recorded counts only where it is known
+    old = {k: v for k, v in records[0].items() if k != "cut_kind"}
+    assert charlm.record_cut(old) == ("mid-word" if old["mid_word"] else None)

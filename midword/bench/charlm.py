@@ -102,8 +102,7 @@ def is_mid_word(prefix: str, target: str) -> bool:
     >>> is_mid_word("retu", "r"), is_mid_word("x ", "y")
     (True, False)
     """
-    last = prefix[-1:]
-    return all(len(c) == 1 and c.isascii() and c.isalnum() for c in (last, target))
+    return common.cut_kind(prefix, target) == "mid-word"
 
 
 # ---------------------------------------------------------------------- methods
@@ -294,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
             record = {k: sample[k] for k in ("key", "file", "start", "cut", "target")}
             record["prefix_chars"] = len(sample["prefix"])
             record["mid_word"] = is_mid_word(sample["prefix"], sample["target"])
+            record["cut_kind"] = common.cut_kind(sample["prefix"], sample["target"])
             record["methods"] = scorer.score(sample)
             rundir.add(record)
             bar.update(1)
@@ -306,21 +306,42 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def record_cut(record: dict) -> str | None:
+    """The record's cut kind (None for a record written before kinds were recorded that
+    was not mid-word: it cannot be told apart from the others without its text)."""
+    if "cut_kind" in record:
+        return record["cut_kind"]
+    return "mid-word" if record.get("mid_word") else None
+
+
 def _method_stats(records: list[dict], name: str) -> dict[str, Any]:
     rows = [r["methods"][name] for r in records if not r["methods"][name].get("skipped")]
-    mid = [r["methods"][name] for r in records if r["mid_word"]]
     stats: dict[str, Any] = {"n": len(rows)}
     if name == "token":
         return {**stats, **_token_stats(rows)}
+    stats.update(_accuracy_stats(rows))
+    stats["overhead"] = common.mean([x["overhead"] for x in rows])
+    for cut in common.CUTS:
+        part = [r["methods"][name] for r in records if record_cut(r) == cut]
+        stats[cut] = _accuracy_stats(part)
+    # kept for readers of older results.json files
+    stats["accuracy_mid_word"] = stats["mid-word"]["accuracy"]
+    stats["n_mid_word"] = stats["mid-word"]["n"]
+    return stats
+
+
+def _accuracy_stats(rows: list[dict]) -> dict[str, Any]:
+    """n, next-character accuracy with its standard error, and the loss where the method
+    has one (naive and ByteSampler; backtracking has no next-character distribution)."""
+    correct = [float(x["correct"]) for x in rows]
+    stats: dict[str, Any] = {
+        "n": len(rows),
+        "accuracy": common.mean(correct),
+        "accuracy_se": common.std(correct) / math.sqrt(len(correct)) if correct else math.nan,
+    }
     if rows and "logprob" in rows[0]:
         stats["loss"] = common.mean([-x["logprob"] for x in rows])
         stats["bpc"] = stats["loss"] / LN2
-    correct = [float(x["correct"]) for x in rows]
-    stats["accuracy"] = common.mean(correct)
-    stats["accuracy_se"] = common.std(correct) / math.sqrt(len(correct)) if correct else math.nan
-    stats["accuracy_mid_word"] = common.mean([float(x["correct"]) for x in mid])
-    stats["n_mid_word"] = len(mid)
-    stats["overhead"] = common.mean([x["overhead"] for x in rows])
     return stats
 
 
@@ -354,7 +375,7 @@ def ordering_holds(stats: dict[str, dict[str, Any]]) -> bool:
 
 
 def report(records: list[dict]) -> tuple[str, dict[str, Any]]:
-    """Markdown table and JSON summary over the given samples."""
+    """Markdown tables and JSON summary over the given samples."""
     stats = {name: _method_stats(records, name) for name in METHODS}
     head = [
         "Method",
@@ -362,7 +383,6 @@ def report(records: list[dict]) -> tuple[str, dict[str, Any]]:
         "loss per unit (nats)",
         "bits per char",
         "next-char accuracy",
-        "mid-word accuracy (n)",
         "overhead vs BPE (tokens)",
     ]
     rows = []
@@ -371,7 +391,6 @@ def report(records: list[dict]) -> tuple[str, dict[str, Any]]:
         acc = common.fmt(s["accuracy"])
         if "accuracy_se" in s:
             acc += f" ± {common.fmt(s['accuracy_se'])}"
-        mid = f"{common.fmt(s.get('accuracy_mid_word', math.nan))} ({s.get('n_mid_word', '-')})"
         rows.append(
             [
                 LABELS[name],
@@ -379,7 +398,6 @@ def report(records: list[dict]) -> tuple[str, dict[str, Any]]:
                 common.fmt(s.get("loss", math.nan)),
                 common.fmt(s.get("bpc", math.nan)),
                 acc if name != "token" else f"({acc} next token)",
-                mid if name != "token" else "-",
                 common.fmt(s.get("overhead", math.nan), 2),
             ]
         )
@@ -390,8 +408,31 @@ def report(records: list[dict]) -> tuple[str, dict[str, Any]]:
         + common.markdown_table(head, rows)
         + "\nAccuracy ± one standard error. Ordering ByteSampler >= token healing (1, 2, 4) >= "
         f"naive on next-character accuracy: **{'holds' if holds else 'does not hold'}**.\n"
+        + _cut_table(stats)
     )
     return md, {"methods": stats, "samples": len(records), "ordering_holds": holds}
+
+
+def _cut_table(stats: dict[str, dict[str, Any]]) -> str:
+    """Accuracy and bits per character by where the prompt was cut (the token-level row
+    is left out: it moves the cut to a token boundary)."""
+    names = [n for n in METHODS if n != "token"]
+    counts = {cut: stats[names[0]][cut]["n"] for cut in common.CUTS}
+    head = ["Method"]
+    head += [f"{cut} (n={counts[cut]}): accuracy" for cut in common.CUTS]
+    head += [f"{cut}: bits per char" for cut in common.CUTS]
+    rows = []
+    for name in names:
+        cuts = [stats[name][cut] for cut in common.CUTS]
+        accuracy = [f"{common.fmt(c['accuracy'])} ± {common.fmt(c['accuracy_se'])}" for c in cuts]
+        bpc = [common.fmt(c.get("bpc", math.nan)) for c in cuts]
+        rows.append([LABELS[name], *accuracy, *bpc])
+    return (
+        "\n## By where the prompt was cut\n\n"
+        + common.markdown_table(head, rows)
+        + "\nmid-word: the characters on both sides of the cut are ASCII letters or digits; "
+        "after space: the prefix ends with a space; other: the rest.\n"
+    )
 
 
 def _plot(rundir: common.RunDir, summary: dict[str, Any]) -> None:
@@ -402,9 +443,9 @@ def _plot(rundir: common.RunDir, summary: dict[str, Any]) -> None:
         names,
         {
             "all": [stats[n]["accuracy"] for n in names],
-            "mid-word": [stats[n]["accuracy_mid_word"] for n in names],
+            **{cut: [stats[n][cut]["accuracy"] for n in names] for cut in common.CUTS},
         },
-        "Next-character accuracy",
+        "Next-character accuracy, by where the prompt was cut",
         "accuracy",
     )
     plots.grouped_bars(

@@ -133,6 +133,33 @@ def fmt(value: float, digits: int = 3) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
+CUTS = ("mid-word", "after space", "other")
+
+
+def cut_kind(before: str, after: str) -> str:
+    """Where a prompt was cut, from the character before the cut and the one after it.
+
+    "mid-word": both are ASCII letters or digits (the cut splits an identifier, a keyword
+    or a number: where plain tokenization is most often wrong); "after space": the prompt
+    ends with a space (the cut BPE handles worst among the others: the space usually
+    belongs to the next token); "other": everything else (after a newline, punctuation,
+    an underscore, non-ASCII text, or an empty side).
+
+    >>> cut_kind("    ret", "urn"), cut_kind("return ", "x"), cut_kind("f(", "x")
+    ('mid-word', 'after space', 'other')
+    >>> cut_kind("x ", "y"), cut_kind("", "a"), cut_kind("é", "a")
+    ('after space', 'other', 'other')
+    """
+    last, first = before[-1:], after[:1]
+    if _is_ascii_alnum(last) and _is_ascii_alnum(first):
+        return "mid-word"
+    return "after space" if last == " " else "other"
+
+
+def _is_ascii_alnum(ch: str) -> bool:
+    return len(ch) == 1 and ch.isascii() and ch.isalnum()
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, out: str, limit: int, what: str) -> None:
     """--model/--tokenizer/--device/--dtype plus --limit, --seed and --out."""
     from midword.modelargs import add_model_arguments

@@ -39,7 +39,7 @@ from midword.bench.sandbox import Limits, check_completion
 DEFAULT_OUT = "bench-results/humaneval"
 DEFAULT_LIMIT = 50
 DEFAULT_BYTE_LIMIT = 5
-CUTS = ("mid-word", "after space", "other")
+CUTS = common.CUTS
 _FIRST_WORD = re.compile(r"\s*(\w+|\S)?")
 REFERENCES = ("canonical", "empty")
 # Stop generating at a newline followed by a character that starts a top-level line;
@@ -116,6 +116,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per test run")
     parser.add_argument("--memory-mb", type=int, default=1024, help="memory limit per test run")
     parser.add_argument("--workers", type=int, default=1, help="test runs in parallel")
+    parser.add_argument(
+        "--per-cut",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of --limit random problems, N of each cut kind (mid-word, after "
+        "space, other) from the same seeded order (default 0: off)",
+    )
 
 
 # ---------------------------------------------------------------------- text rules
@@ -135,22 +143,15 @@ def truncate_at_function_end(prompt: str, completion: str) -> str:
 
 
 def cut_kind(problem: dict[str, Any]) -> str:
-    """Where the prompt was cut: "mid-word", "after space" or "other".
+    """Where the prompt was cut: "mid-word", "after space" or "other" (`common.cut_kind`
+    on the prompt's last character and the removed text's first).
 
     >>> cut_kind({"prompt": "    retu", "canonical_solution": "rn x"})
     'mid-word'
     >>> cut_kind({"prompt": "    return ", "canonical_solution": "x"})
     'after space'
     """
-    last = problem["prompt"][-1:]
-    first = problem["canonical_solution"][:1]
-    if _alnum(last) and _alnum(first):
-        return "mid-word"
-    return "after space" if last == " " else "other"
-
-
-def _alnum(ch: str) -> bool:
-    return len(ch) == 1 and ch.isascii() and ch.isalnum()
+    return common.cut_kind(problem["prompt"], problem["canonical_solution"])
 
 
 def first_word_match(problem: dict[str, Any], completion: str) -> bool:
@@ -175,8 +176,13 @@ def canonical_completion(problem: dict[str, Any]) -> str:
     return problem["canonical_solution"] + problem.get("suffix", "")
 
 
-def select(problems: list[dict[str, Any]], limit: int, seed: int) -> list[dict[str, Any]]:
-    """A seeded random subset; a larger ``limit`` extends it (so reruns resume).
+def select(
+    problems: list[dict[str, Any]], limit: int, seed: int, per_cut: int = 0
+) -> list[dict[str, Any]]:
+    """A seeded random subset; a larger ``limit`` extends it (so reruns resume). With
+    ``per_cut`` > 0: the first ``per_cut`` problems of each cut kind in the same seeded
+    order instead (mid-word cuts are under a third of the data; a balanced subset has
+    enough of them to compare the methods there).
 
     >>> problems = [{"i": i} for i in range(10)]
     >>> select(problems, 3, 0) == select(problems, 5, 0)[:3]
@@ -184,7 +190,17 @@ def select(problems: list[dict[str, Any]], limit: int, seed: int) -> list[dict[s
     """
     order = list(range(len(problems)))
     random.Random(seed).shuffle(order)
-    return [problems[i] for i in order[: max(0, limit)]]
+    shuffled = [problems[i] for i in order]
+    if per_cut <= 0:
+        return shuffled[: max(0, limit)]
+    taken = dict.fromkeys(CUTS, 0)
+    out = []
+    for problem in shuffled:
+        kind = cut_kind(problem)
+        if taken[kind] < per_cut:
+            taken[kind] += 1
+            out.append(problem)
+    return out
 
 
 # ---------------------------------------------------------------------- the run
@@ -222,7 +238,7 @@ def _jobs(
 def run(args: argparse.Namespace) -> int:
     configs = _parse_configs(args.configs)
     path = data.find_random_span(args.data)
-    problems = select(data.read_jsonl(path), args.limit, args.seed)
+    problems = select(data.read_jsonl(path), args.limit, args.seed, args.per_cut)
     settings = {
         **common.model_settings(args),
         "benchmark": "humaneval-random-span",
@@ -366,6 +382,14 @@ def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return stats
 
 
+def _cut_cells(stats: dict[str, Any]) -> list[str]:
+    """One cell per cut kind: "pass@1 / first word (n)"."""
+    return [
+        f"{common.fmt(stats[c]['pass@1'])} / {common.fmt(stats[c]['first_word'])} ({stats[c]['n']})"
+        for c in CUTS
+    ]
+
+
 def report(
     records: list[dict[str, Any]], problems: list[dict[str, Any]]
 ) -> tuple[str, dict[str, Any]]:
@@ -380,10 +404,7 @@ def report(
     for name in [*LABELS, *REFERENCES]:
         if name in stats:
             s = stats[name]
-            cuts = [
-                f"{common.fmt(s[c]['pass@1'])} / {common.fmt(s[c]['first_word'])} ({s[c]['n']})"
-                for c in CUTS
-            ]
+            cuts = _cut_cells(s)
             label = LABELS.get(name, f"{name} completion (harness check)")
             rows.append(
                 [
@@ -399,6 +420,7 @@ def report(
     md.append(common.markdown_table(head, rows))
     md.append("\n## ByteSampler with sampling transforms (paper table 15)\n")
     head = ["Sampling transform", "Transform level", "n", "pass@1", "first word exact"]
+    head += [f"{c}: pass@1 / first word (n)" for c in CUTS]
     head.append("avg completion chars")
     rows = []
     for c in CONFIGS:
@@ -406,7 +428,7 @@ def report(
             s = stats[c.name]
             length = f"{common.fmt(s['length_mean'], 0)} ± {common.fmt(s['length_std'], 0)}"
             pass1, first = common.fmt(s["pass@1"]), common.fmt(s["first_word"])
-            rows.append([c.transform, c.level, s["n"], pass1, first, length])
+            rows.append([c.transform, c.level, s["n"], pass1, first, *_cut_cells(s), length])
     md.append(common.markdown_table(head, rows))
     md.append(
         "\nToken level runs in PBP mode (transform on the Valid Covering Tree's leaves, then "
