@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .tables import Engine, load_engine
     from .tail import TailNode
     from .tokenizer import BPETokenizer, TokenizerError, load_tokenizer
-    from .utf8 import PrefixError
+    from .utf8 import PrefixError, UncoverableByteError
     from .vct import VCT, Tree, build_tree
 
 # public name -> the module (under midword.engine) that defines it
@@ -57,6 +57,7 @@ _HOMES: dict[str, str] = {
     "TokenizerError": "tokenizer",
     "load_tokenizer": "tokenizer",
     "PrefixError": "utf8",
+    "UncoverableByteError": "utf8",
     "VCT": "vct",
     "Tree": "vct",
     "build_tree": "vct",
@@ -75,6 +76,7 @@ __all__ = [
     "TailNode",
     "TokenizerError",
     "Tree",
+    "UncoverableByteError",
     "VCT",
     "build_tree",
     "load_engine",

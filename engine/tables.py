@@ -26,7 +26,7 @@ from .completions import ByteFacts, Completions, build_completions, utf8_length
 from .leaf_tables import VCT_CACHE_VERSION, LeafTables, load_arrays, save_arrays
 from .pretok import ClassMachine, UnsupportedPattern, signature_groups
 from .tail import ONLY_BARE, Hyp, TailCache, WholeWords
-from .tokenizer import BPETokenizer, cache_root, load_tokenizer
+from .tokenizer import BPETokenizer, TokenizerError, cache_root, load_tokenizer
 from .utf8 import (
     NFC_TAIL_CHARS,
     PROBE_ENDINGS,
@@ -69,6 +69,10 @@ class Engine:
 
     def __init__(self, tok: BPETokenizer) -> None:
         self.tok = tok
+        # bytes no token spells alone (a prefix holding one cannot be covered), and the
+        # tokens that hold one (never offered; None when the vocabulary lacks no byte)
+        self.missing_bytes: frozenset[int] = tok.missing_bytes
+        self.holds_missing = _holds_missing(tok)
         self.validity = Validity(tok)
         self.atoms = _class_atoms([p.pattern for p, _ in tok.pretokenizer.splits])
         self._class_ids: dict[str, int] = {}
@@ -438,6 +442,29 @@ class Engine:
         lo = bisect.bisect_left(self._sorted_keys, prefix)
         hi = bisect.bisect_left(self._sorted_keys, prefix + b"\xff" * (self.max_token_len + 1))
         return lo, hi
+
+
+def _holds_missing(tok: BPETokenizer) -> np.ndarray | None:
+    """Per token: does it hold a byte of ``tok.missing_bytes``? None when there are none.
+
+    Such a token is never the encoder's output for text without that byte, and text with
+    it is out of the model (the real encoder drops the byte), so no covering offers it.
+    A vocabulary that lacks a byte some probe continuation needs is refused: the covering
+    tree's definition asks about text that continues with every probe.
+    """
+    if not tok.missing_bytes:
+        return None
+    lacking = sorted({b for y in PROBES for b in y.encode("utf-8")} & tok.missing_bytes)
+    if lacking:
+        raise TokenizerError(
+            "vocabulary lacks single-byte tokens for bytes the covering tree needs "
+            f"({', '.join(f'0x{b:02x}' for b in lacking)}): not supported"
+        )
+    missing = bytes(sorted(tok.missing_bytes))
+    out = np.zeros(tok.size, dtype=bool)
+    for i, word in enumerate(tok.token_bytes):
+        out[i] = word is not None and len(word.translate(None, missing)) < len(word)
+    return out
 
 
 def _no_cut_inside(spans: list[tuple[int, int]], length: int) -> bool:

@@ -86,6 +86,7 @@ class TailSource(Protocol):
     whole_ok: np.ndarray
     is_added: np.ndarray
     added_ids: list[int]
+    holds_missing: np.ndarray | None
     tail_cache: TailCache
     hyps_memo: dict[tuple, tuple[Hyp, ...]]
 
@@ -305,7 +306,7 @@ class _TailBuilder:
     def _expand(self, node: _Node) -> None:
         n = len(self.region)
         if node.pos == n:
-            node.leaves = self._end_children(node)
+            node.leaves = self._spelled(self._end_children(node))
             return
         for t, end in self._tokens_from(node.pos):
             hyps = self._inner_ok(node, t, end)
@@ -313,7 +314,17 @@ class _TailBuilder:
                 child = _Node(node.path + (t,), end, t, node.bounds | {end}, hyps)
                 node.children.append(child)
                 self._expand(child)
-        node.leaves = self._straddlers(node)
+        node.leaves = self._spelled(self._straddlers(node))
+
+    def _spelled(self, leaves: list[int] | np.ndarray) -> list[int] | np.ndarray:
+        """``leaves`` less the tokens that hold a byte the vocabulary has no token for
+        (``Engine.holds_missing``): no canonical sequence spells such a byte."""
+        holds = self.engine.holds_missing
+        if holds is None:
+            return leaves
+        if isinstance(leaves, np.ndarray):
+            return leaves[~holds[leaves]]
+        return [t for t in leaves if not holds[t]]
 
     def _tokens_from(self, pos: int) -> list[tuple[int, int]]:
         """(token, end) for every token that spells the region's bytes from ``pos`` on
@@ -405,6 +416,8 @@ class _TailBuilder:
         data = self.tok.token_bytes[t] or b""
         rest = self.region[node.pos :]
         one = np.array([t], dtype=np.int64)
+        if self.engine.holds_missing is not None and self.engine.holds_missing[t]:
+            return False  # never offered (`_spelled`)
         if rest:
             if not data.startswith(rest) or len(data) <= len(rest):
                 return False

@@ -54,6 +54,10 @@ class BPETokenizer:
     - ``left[i], right[i]``: the normal-form merge that forms ``i`` (-1 for single bytes and
       for tokens BPE cannot reach)
     - ``rank[i]``: rank of that merge (-1 for single bytes, ``NO_MERGE`` if unreachable)
+
+    ``missing_bytes``: the bytes with no single-byte token (SmolLM2 lacks 21). The real
+    encoder drops such a byte from the text, and so does :meth:`encode`; a token that
+    holds one is unreachable.
     """
 
     def __init__(
@@ -93,7 +97,10 @@ class BPETokenizer:
         self.added = list(added)
         self.is_text = np.array([b is not None for b in token_bytes], dtype=bool)
         self.reachable = self.is_text & (rank != NO_MERGE)
-        self.byte_ids = np.array([self.bytes_to_id[bytes([b])] for b in range(256)])
+        # bytes with no single-byte token (SmolLM2 and the StarCoder family lack 21): the
+        # real encoder drops them from the text, so no canonical sequence spells one
+        self.missing_bytes = frozenset(b for b in range(256) if bytes([b]) not in self.bytes_to_id)
+        self.byte_ids = np.array([self.bytes_to_id.get(bytes([b]), -1) for b in range(256)])
         # (left, right) -> (rank, result) in normal form.
         self.merges: dict[tuple[int, int], tuple[int, int]] = {
             (int(left[i]), int(right[i])): (int(rank[i]), i)
@@ -147,6 +154,8 @@ class BPETokenizer:
         return self._bpe_cached(word)
 
     def _bpe(self, word: bytes) -> tuple[int, ...]:
+        if self.missing_bytes:  # dropped, as the real encoder drops a character it lacks
+            word = bytes(b for b in word if b not in self.missing_bytes)
         return tuple(bpe_apply([int(self.byte_ids[b]) for b in word], self.merges))
 
     def decode(self, ids: Sequence[int]) -> bytes:
@@ -271,9 +280,12 @@ def _token_bytes(vocab: dict[str, int], added: list[AddedToken]) -> list[bytes |
                 out[i] = None
             else:
                 seen[b] = i
-    missing = [b for b in range(256) if bytes([b]) not in seen]
-    if missing:
-        raise TokenizerError(f"vocabulary lacks single-byte tokens for {len(missing)} bytes")
+    lacking = [b for b in range(0x80, 0xC0) if bytes([b]) not in seen]
+    if lacking:  # (other missing bytes are supported: see BPETokenizer.missing_bytes)
+        raise TokenizerError(
+            "vocabulary lacks single-byte tokens for UTF-8 continuation bytes "
+            f"({', '.join(f'0x{b:02x}' for b in lacking)}): not supported"
+        )
     return out
 
 
@@ -317,7 +329,10 @@ def normal_form(
         if len(tb) == 1:
             orig[i] = -1
             continue
-        last = _bpe_last_merge([ids[bytes([c])] for c in tb], table)
+        singles = [ids.get(bytes([c])) for c in tb]
+        if None in singles:
+            continue  # it holds a byte with no token of its own: BPE never forms it
+        last = _bpe_last_merge(singles, table)  # type: ignore[arg-type]
         if last is not None and last[2] == i:
             left[i], right[i], orig[i] = last[0], last[1], table[(last[0], last[1])][0]
     return left, right, _reorder(left, right, orig)

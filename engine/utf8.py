@@ -39,6 +39,26 @@ class PrefixError(ValueError):
     """The prefix cannot be conditioned on (invalid UTF-8, too long ...)."""
 
 
+class UncoverableByteError(PrefixError):
+    """The prefix holds a byte that the vocabulary has no token for: no canonical token
+    sequence spells it (the real encoder drops it), so no covering tree exists.
+
+    >>> str(UncoverableByteError(0x04, 12))
+    'byte 0x04 at offset 12 has no token in the vocabulary: no token sequence covers it'
+    """
+
+    def __init__(self, byte: int, offset: int) -> None:
+        super().__init__(
+            f"byte 0x{byte:02x} at offset {offset} has no token in the vocabulary: "
+            "no token sequence covers it"
+        )
+        self.byte = byte
+        self.offset = offset
+
+    def __reduce__(self) -> tuple[type, tuple[int, int]]:  # (args differ from the message)
+        return type(self), (self.byte, self.offset)
+
+
 def complete_head(data: bytes) -> str | None:
     """Decode the complete characters at the start of ``data`` (None if it starts mid-char)."""
     if data and 0x80 <= data[0] < 0xC0:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .tables import Engine
 from .tail import TailNode, _TailBuilder, build_tail, pending_added
-from .utf8 import PROBES, PrefixError, split_utf8
+from .utf8 import PROBES, PrefixError, UncoverableByteError, split_utf8
 
 MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
 
@@ -93,6 +93,8 @@ class VCT:
     def push(self, byte: int) -> None:
         if len(self.buf) >= MAX_PREFIX_BYTES:
             raise PrefixError(f"prefix longer than {MAX_PREFIX_BYTES} bytes; use a window")
+        if byte in self.engine.missing_bytes:
+            raise UncoverableByteError(byte, len(self.buf))
         self.buf.append(byte)
         try:
             self._advance()
