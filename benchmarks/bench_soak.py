@@ -153,6 +153,16 @@ def _columns(buf: Buffer, end_line: int, end_index: int) -> tuple[int, int, int]
     return start, end_line, from_index(buf.doc.body(end_line), end_index, "utf-16")
 
 
+def _ahead(buf: Buffer, count: int) -> tuple[int, int]:
+    """The (line, index) about ``count`` characters after the cursor (or the text's end)."""
+    line, index = buf.line, buf.index
+    lines = buf.doc.lines
+    while line < len(lines) - 1 and count > len(lines[line]) - index:
+        count -= len(lines[line]) - index
+        line, index = line + 1, 0
+    return line, min(len(buf.doc.body(line)), index + count)
+
+
 def random_edit(buf: Buffer, rng: random.Random, source: str) -> None:
     """One edit at the buffer's cursor, as editors send them."""
     roll = rng.random()
@@ -170,11 +180,8 @@ def random_edit(buf: Buffer, rng: random.Random, source: str) -> None:
     elif roll < 0.93:  # a paste of up to 5 KB
         start = rng.randrange(len(source) - 5000)
         buf.replace(buf.line, buf.index, source[start : start + rng.randrange(1, 5000)])
-    elif roll < 0.96:  # a range deletion, up to a few lines
-        end_line = min(len(buf.doc.lines) - 1, buf.line + rng.randrange(3))
-        end_index = rng.randrange(len(buf.doc.body(end_line)) + 1)
-        if (end_line, end_index) >= (buf.line, buf.index):
-            buf.replace(end_line, end_index, "")
+    elif roll < 0.96:  # a range deletion as large as a paste (the text keeps its size)
+        buf.replace(*_ahead(buf, rng.randrange(1, 5000)), "")
     elif roll < 0.9995:  # a cursor jump, then a character typed there
         buf.jump(rng)
         buf.replace(buf.line, buf.index, rng.choice(TYPED))
@@ -198,6 +205,7 @@ class Tally:
     outcomes: list[Outcome] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     rss: list[tuple[float, float]] = field(default_factory=list)  # (seconds, MB)
+    text_mb: list[float] = field(default_factory=list)  # the server's documents, MB
     cheap: list[float] = field(default_factory=list)  # midword/stats latency
     edits: int = 0
 
@@ -254,8 +262,9 @@ async def watch(client: LanguageClient, pid: int, tally: Tally, started: float) 
     while True:
         tally.rss.append((time.perf_counter() - started, rss_mb(pid)))
         sent = time.perf_counter()
-        await client.protocol.send_request_async("midword/stats", {})
+        stats = await client.protocol.send_request_async("midword/stats", {})
         tally.cheap.append(time.perf_counter() - sent)
+        tally.text_mb.append(_field(stats, "documentBytes") / (1 << 20))
         await asyncio.sleep(1.0)
 
 
@@ -409,6 +418,11 @@ def report(tally: Tally, elapsed: float, plan: Plan, consistent: bool) -> dict[s
         f"  server RSS: start {figures['rss_start_mb']:.0f} MB, max {figures['rss_max_mb']:.0f}"
         f" MB, end {figures['rss_end_mb']:.0f} MB; second-half slope {slope:+.1f} MB/min"
     )
+    if tally.text_mb:
+        print(
+            f"  documents' text: {tally.text_mb[0]:.1f} MB at the start, "
+            f"{tally.text_mb[-1]:.1f} MB at the end"
+        )
     print(f"  server documents hold the client's bytes: {consistent}")
     for error in tally.errors[:5]:
         print(f"  error: {error}")
@@ -473,7 +487,7 @@ async def main() -> None:
     watcher.cancel()
     stats = await client.protocol.send_request_async("midword/stats", {})
     held = sum(utf8_len(b.doc.text()) for b in session.buffers)
-    served = stats["documentBytes"] if isinstance(stats, dict) else stats.documentBytes
+    served = _field(stats, "documentBytes")
     figures = report(tally, elapsed, plan, served == held)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
@@ -481,6 +495,11 @@ async def main() -> None:
     client.exit(None)
     await client.stop()
     drain.cancel()
+
+
+def _field(obj: Any, name: str) -> Any:
+    """A field of a custom request's result (pygls gives an object, or a dict)."""
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
 
 
 async def _drain(stream: asyncio.StreamReader | None) -> None:
