@@ -50,7 +50,11 @@ class Row:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="", help="model directory (default: the shipped model)")
+    parser.add_argument(
+        "--model",
+        default="",
+        help="model directory or GGUF file (default: SmolLM2-135M, else the shipped model)",
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
     parser.add_argument("--max-tokens", type=int, default=16, help="tokens per completion")
     parser.add_argument("--json", action="store_true", help="print one JSON object per cursor")
@@ -81,6 +85,11 @@ async def _demo(args: argparse.Namespace) -> list[Row]:
     client = LanguageClient("midword-demo", "1")
     statuses: list[dict] = []
     client.feature("midword/status")(lambda params: statuses.append(params))
+    if not args.model:
+        from midword.models import default_model_note
+
+        if (missing := default_model_note()) is not None:
+            _note(missing)
     _note("starting the language server (python -m midword serve) ...")
     await client.start_io(sys.executable, "-m", "midword", "serve", "--log-level", "warning")
     options = {"model": args.model, "device": args.device, "maxTokens": args.max_tokens}

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from midword.cli import CommandError
-from midword.models import ModelNotFoundError, default_model
+from midword.models import ModelNotFoundError, default_model, default_model_note
 
 
 def default_model_arg() -> str | None:
@@ -23,7 +24,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         default=default_model_arg(),
         help="model directory, GGUF file (converted once, cached) or hub id from the local "
-        "cache (default: the shipped model)",
+        "cache (default: SmolLM2-135M if installed, else the shipped model)",
     )
     parser.add_argument("--tokenizer", help="tokenizer.json (default: the model's own)")
     parser.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cpu ...")
@@ -48,6 +49,8 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
             args.model = str(default_model())
         except ModelNotFoundError as exc:
             raise CommandError(str(exc)) from exc
+    if args.model == default_model_arg():
+        note_default_model()
     source = prepare_model_source(args.model, args.device, args.dtype)
     try:
         engine = load_engine(args.tokenizer or source)
@@ -75,3 +78,10 @@ def prepare_model_source(model: str, device: str, dtype: str) -> str:
         return prepare_model(model, device=device, dtype=dtype, progress=stderr_progress())
     except (GGUFError, ValueError, OSError) as exc:
         raise CommandError(f"cannot use {model}: {exc}") from exc
+
+
+def note_default_model() -> None:
+    """On stderr: how to install the default model (SmolLM2-135M) when it is missing."""
+    note = default_model_note()
+    if note is not None:
+        print(f"midword: {note}", file=sys.stderr)

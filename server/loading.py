@@ -8,6 +8,7 @@ Another source of models (GGUF files, a remote engine) joins here: it returns a
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from .options import ServerOptions
 
 __all__ = ["WARMUP_PREFIX", "default_model_dir", "load_backend", "short_name"]
 
+log = logging.getLogger("midword.server")
 WARMUP_PREFIX = b'def main():\n    print("hello")\n'
 ProgressFn = Callable[[str, int], None]  # (message, percentage)
 
@@ -29,8 +31,15 @@ def default_model_dir() -> Path:
     """The model used when none is named (:func:`midword.models.default_model`, found in
     a wheel as in a checkout); when it is missing, where the shipped model belongs, so
     that loading reports that folder as missing."""
-    from midword.models import CHECKOUT_TEST_MODEL, ModelNotFoundError, default_model
+    from midword.models import (
+        CHECKOUT_TEST_MODEL,
+        ModelNotFoundError,
+        default_model,
+        default_model_note,
+    )
 
+    if (missing := default_model_note()) is not None:
+        log.warning("%s", missing)
     try:
         return default_model()
     except ModelNotFoundError:

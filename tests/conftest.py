@@ -3,12 +3,19 @@ the benchmarks: tokenizer fixtures, tiny models, the completeness harness)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 
 import pytest
 
+from midword.models import DEFAULT_MODEL_ENV, shipped_test_model
 from midword.testing import TOKENIZERS
 from midword.testing.deprecations import own_deprecations
+
+# Tests run on the small shipped model, not the default SmolLM2 (converted and 135M
+# parameters): wherever a test names no model, in this process and the servers and
+# commands it starts. Tests of the default itself unset it.
+os.environ[DEFAULT_MODEL_ENV] = str(shipped_test_model())
 
 
 @pytest.fixture(scope="session", params=TOKENIZERS)

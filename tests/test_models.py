@@ -15,6 +15,13 @@ from midword.models import ModelNotFoundError, default_model, shipped_test_model
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _only_the_shipped_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the shipped model's places: the suite's pin of the default
+    and SmolLM2 (tests/test_default_model.py) stay out of them."""
+    monkeypatch.setattr(models, "DEFAULT_CANDIDATES", [models.find_shipped_test_model])
+
+
 def _fake_model(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
