@@ -15,12 +15,20 @@
    tokens) and byte sampling (one exact next-byte distribution per byte, as many
    bytes as normal sampling produced on average). Every run starts from an empty
    KV cache, so prompt processing is included. Speed is completion bytes per second.
+   The methods take turns (run 0 of each, then run 1 of each, ...), so a change in the
+   machine's load hits them alike; each method's time is compared with normal sampling
+   as the ratio of total times and as the median of the paired per-run ratios with
+   their interquartile range (`paired_ratios`). A spread too wide for the median to
+   mean anything is flagged in the table.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
+import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from midword.bench import common, data, plots
@@ -148,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
     rundir = common.RunDir(args.out, settings)
     timer = common.Timer()
     windows = [f"window/{i}" for i in range(args.limit)]
-    walls = [f"wall/{m}/{r}" for m in WALL_METHODS for r in range(args.runs)]
+    # run r of every method, then run r + 1: the methods share the machine's load
+    walls = [f"wall/{m}/{r}" for r in range(args.runs) for m in WALL_METHODS]
     todo = [k for k in windows + walls if not rundir.done(k)]
     if todo:
         runner = Runner(*common.load_model(args))
@@ -232,15 +241,31 @@ def report(records: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                     WALL_LABELS[m],
                     s["runs"],
                     common.fmt(s["seconds"], 2),
+                    common.fmt(s["total_seconds"], 2),
                     common.fmt(s["bytes"], 0),
                     f"{common.fmt(s['speed'], 1)} ± {common.fmt(s['speed_std'], 1)}",
                     f"{common.fmt(s['ratio'], 2)}x",
+                    _paired_cell(s),
                 ]
             )
     md.append(
         common.markdown_table(
-            ["Method", "runs", "total time (s)", "bytes", "speed (bytes/s)", "ratio"], rows
+            [
+                "Method",
+                "runs",
+                "mean time (s)",
+                "total time (s)",
+                "bytes",
+                "speed (bytes/s)",
+                "time / normal (totals)",
+                "paired time ratio: median [IQR]",
+            ],
+            rows,
         )
+    )
+    md.append(
+        "\nTime ratios are this method's time over normal sampling's (above 1: slower). "
+        "Paired ratios divide run r of a method by run r of normal sampling.\n"
     )
     summary = {
         "windows": len(win),
@@ -258,22 +283,112 @@ def report(records: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
 
 
 def _wall_stats(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per method: runs, mean and total seconds, mean bytes, speed (bytes/s, mean ± std
+    over runs), and its time against normal sampling: ``ratio`` (total over total) and
+    ``paired`` (`paired_ratios` of the runs both have)."""
+    by_method = {m: [r for r in records if r.get("method") == m] for m in WALL_METHODS}
     out: dict[str, dict[str, Any]] = {}
-    for m in WALL_METHODS:
-        runs = [r for r in records if r.get("method") == m]
+    for m, runs in by_method.items():
         if runs:
             speeds = [r["bytes"] / r["seconds"] for r in runs if r["seconds"] > 0]
             out[m] = {
                 "runs": len(runs),
                 "seconds": common.mean([r["seconds"] for r in runs]),
+                "total_seconds": sum(r["seconds"] for r in runs),
                 "bytes": common.mean([r["bytes"] for r in runs]),
                 "speed": common.mean(speeds),
                 "speed_std": common.std(speeds),
             }
-    base = out.get("normal", {}).get("speed")
-    for s in out.values():
-        s["ratio"] = s["speed"] / base if base else float("nan")
+    base = {_run_index(r): r["seconds"] for r in by_method["normal"]}
+    for m, s in out.items():
+        mine = {_run_index(r): r["seconds"] for r in by_method[m]}
+        both = sorted(set(mine) & set(base))
+        paired = paired_ratios([mine[i] for i in both], [base[i] for i in both])
+        s["ratio"] = paired.of_totals
+        s["paired"] = paired.to_json()
     return out
+
+
+def _run_index(record: dict[str, Any]) -> int:
+    return int(record["key"].rsplit("/", 1)[1])
+
+
+def _paired_cell(stats: dict[str, Any]) -> str:
+    paired = stats["paired"]
+    if not paired["pairs"]:
+        return "-"
+    cell = (
+        f"{common.fmt(paired['median'], 2)}x "
+        f"[{common.fmt(paired['q1'], 2)}, {common.fmt(paired['q3'], 2)}]"
+    )
+    return cell if paired["meaningful"] else f"{cell} (spread too wide: {paired['why']})"
+
+
+# a paired median whose interquartile range is wider than this share of it says little
+SPREAD_LIMIT = 0.25
+MIN_PAIRS = 3
+
+
+@dataclass(frozen=True)
+class PairedRatios:
+    """How one method's times compare with a baseline's, run by run.
+
+    of_totals: sum of ours / sum of theirs (one slow run weighs what it cost);
+    median, q1, q3: of the per-pair ratios ours[i] / theirs[i];
+    meaningful: False when there are fewer than MIN_PAIRS pairs or the interquartile
+    range is wider than SPREAD_LIMIT times the median (``why`` says which).
+    """
+
+    pairs: int
+    of_totals: float
+    median: float
+    q1: float
+    q3: float
+    meaningful: bool
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pairs": self.pairs,
+            "of_totals": self.of_totals,
+            "median": self.median,
+            "q1": self.q1,
+            "q3": self.q3,
+            "meaningful": self.meaningful,
+            "why": self.why,
+        }
+
+
+def paired_ratios(ours: list[float], theirs: list[float]) -> PairedRatios:
+    """Ratio of total times and the median of paired ratios, with their spread.
+
+    The old "ratio" was a mean of per-run speeds, which one fast run dominates; these
+    are what a reader expects from "A takes x times as long as B".
+
+    >>> r = paired_ratios([2.0, 2.2, 1.8, 2.0], [1.0, 1.0, 1.0, 1.0])
+    >>> r.of_totals, r.median, r.meaningful
+    (2.0, 2.0, True)
+    >>> paired_ratios([1.0, 9.0, 1.0], [1.0, 1.0, 1.0]).of_totals
+    3.6666666666666665
+    """
+    if len(ours) != len(theirs):
+        raise ValueError(f"{len(ours)} runs against {len(theirs)}: ratios need pairs")
+    nan = math.nan
+    if not ours or sum(theirs) <= 0:
+        return PairedRatios(len(ours), nan, nan, nan, nan, False, "no pairs")
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True) if b > 0]
+    of_totals = sum(ours) / sum(theirs)
+    median = statistics.median(ratios)
+    if len(ratios) < 2:
+        q1 = q3 = median
+    else:
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    why = ""
+    if len(ratios) < MIN_PAIRS:
+        why = f"{len(ratios)} pair(s), fewer than {MIN_PAIRS}"
+    elif q3 - q1 > SPREAD_LIMIT * median:
+        why = f"IQR {q3 - q1:.2f} is over {SPREAD_LIMIT:.0%} of the median"
+    return PairedRatios(len(ratios), of_totals, median, q1, q3, not why, why)
 
 
 def _plot(rundir: common.RunDir, summary: dict[str, Any]) -> None:
