@@ -40,12 +40,10 @@ from midword.engine.hf_backend import (  # noqa: E402
     tree_mask_plan,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 DEVICE = os.environ.get("MIDWORD_TEST_DEVICE", "cpu")
 DTYPE = os.environ.get("MIDWORD_TEST_DTYPE", "float64")
 WINDOW = 6  # sliding window of the sliding layers: prompts and tree paths run past it
-BYTE_TOKENIZER = ROOT / "node_modules" / "@lenml" / "tokenizer-gpt35turbo" / "models"
-VOCAB = 100_352  # the byte-mode run's tokenizer (gpt35turbo, 100,277 ids) fits in it
+VOCAB = 4224  # the byte-mode run's tokenizer (the shipped model's, 4,096 ids) and spare ids
 TOLERANCE = {"float64": 1e-9, "float32": 2e-4, "bfloat16": 0.03, "float16": 0.01}
 
 _SMALL = dict(
@@ -198,8 +196,9 @@ class Oracle:
     def __call__(self, context: tuple[int, ...]) -> np.ndarray:
         if context not in self.memo:
             ids = torch.tensor([context], dtype=torch.long, device=self.model.device)
+            last = {"logits_to_keep": 1} if self.model.keeps_logits else {}  # the head's rows
             with torch.inference_mode():
-                logits = self.model.model(input_ids=ids, use_cache=False).logits[0, -1]
+                logits = self.model.model(input_ids=ids, use_cache=False, **last).logits[0, -1]
             self.memo[context] = logits.double().log_softmax(-1).cpu().numpy()
         return self.memo[context]
 
@@ -337,11 +336,13 @@ _ENGINES: dict[str, Any] = {}
 
 
 def byte_engine() -> Any:
-    """The gpt35turbo tokenizer's engine (loaded once)."""
+    """The engine of the shipped model's tokenizer (a byte-level BPE of code; loaded once)."""
     from midword.engine import load_engine
 
+    from midword.models import shipped_test_model
+
     if "engine" not in _ENGINES:
-        _ENGINES["engine"] = load_engine(str(BYTE_TOKENIZER / "tokenizer.json"))
+        _ENGINES["engine"] = load_engine(str(shipped_test_model()))
     return _ENGINES["engine"]
 
 
