@@ -41,7 +41,7 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
     """
     from midword.engine import load_engine
     from midword.engine.backend import BackendError
-    from midword.engine.hf_backend import load_hf_model
+    from midword.engine.hf_backend import load_hf_model, resolve_device
     from midword.engine.tokenizer import TokenizerError
 
     if args.model is None:  # no --model, and the default model is missing
@@ -49,6 +49,10 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
             args.model = str(default_model())
         except ModelNotFoundError as exc:
             raise CommandError(str(exc)) from exc
+    try:
+        resolve_device(args.device)  # a device that is not there fails before any loading
+    except BackendError as exc:
+        raise CommandError(str(exc)) from exc
     if args.model == default_model_arg():
         note_default_model()
     source = prepare_model_source(args.model, args.device, args.dtype)
