@@ -31,6 +31,7 @@ import string
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 from midword.bench import common, data, plots
@@ -182,7 +183,7 @@ def select(
     """A seeded random subset; a larger ``limit`` extends it (so reruns resume). With
     ``per_cut`` > 0: the first ``per_cut`` problems of each cut kind in the same seeded
     order instead (mid-word cuts are under a third of the data; a balanced subset has
-    enough of them to compare the methods there).
+    enough of them to compare the methods there), taking the kinds in turn.
 
     >>> problems = [{"i": i} for i in range(10)]
     >>> select(problems, 3, 0) == select(problems, 5, 0)[:3]
@@ -193,14 +194,12 @@ def select(
     shuffled = [problems[i] for i in order]
     if per_cut <= 0:
         return shuffled[: max(0, limit)]
-    taken = dict.fromkeys(CUTS, 0)
-    out = []
+    by_kind: dict[str, list[dict[str, Any]]] = {cut: [] for cut in CUTS}
     for problem in shuffled:
-        kind = cut_kind(problem)
-        if taken[kind] < per_cut:
-            taken[kind] += 1
-            out.append(problem)
-    return out
+        by_kind[cut_kind(problem)].append(problem)
+    # one of each kind in turn: a run stopped early is still balanced
+    rounds = zip_longest(*(by_kind[cut][:per_cut] for cut in CUTS))
+    return [problem for round_ in rounds for problem in round_ if problem is not None]
 
 
 # ---------------------------------------------------------------------- the run
