@@ -207,6 +207,19 @@ def _print_table(rows: list[Row]) -> None:
         print()
 
 
+SHOW_CHARS = 48  # the width of the completion column
+
+
 def _show(text: str) -> str:
+    """The completion's first line, cut to the column's width.
+
+    >>> _show("ser()\\n    x")
+    'ser() ⏎ …'
+    >>> len(_show("a" * 100)) == SHOW_CHARS
+    True
+    """
     first, _, rest = text.partition("\n")
-    return repr(first + (" ⏎ …" if rest else ""))[1:-1] or "(nothing)"
+    shown = repr(first)[1:-1]
+    if len(shown) > SHOW_CHARS - 2:
+        return shown[: SHOW_CHARS - 2] + " …"
+    return (shown + (" ⏎ …" if rest else "")) or "(nothing)"
