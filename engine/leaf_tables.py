@@ -132,12 +132,13 @@ class LeafTables:
         self.exact_ids = np.flatnonzero(self.needs_exact)
         self._masks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self.cache_size = 128
-        self._continued: dict[tuple[tuple[int, ...], int, int, frozenset[bytes]], bool] = {}
+        # kept `continues` verdicts: (chain, n, token, bad endings) -> verdict
+        self.continued: dict[tuple[tuple[int, ...], int, int, frozenset[bytes]], bool] = {}
 
     def clear_caches(self) -> None:
         """Forget the kept token masks per chain and ``continues`` verdicts."""
         self._masks.clear()
-        self._continued.clear()
+        self.continued.clear()
 
     def _is_total(self) -> bool:
         """Does every character start a match of at least one character, whatever
@@ -489,11 +490,11 @@ class LeafTables:
         Remembered: an identifier's every byte asks again about the same whole words.
         """
         key = (chain, n, t, bad)
-        hit = self._continued.get(key)
+        hit = self.continued.get(key)
         if hit is None:
-            if len(self._continued) >= CONTINUES_MEMO_SIZE:
-                self._continued.clear()
-            hit = self._continued[key] = self.continues_uncached(chain, n, t, bad)
+            if len(self.continued) >= CONTINUES_MEMO_SIZE:
+                self.continued.clear()
+            hit = self.continued[key] = self.continues_uncached(chain, n, t, bad)
         return hit
 
     def continues_uncached(

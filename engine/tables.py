@@ -78,7 +78,7 @@ class Engine:
         self._class_ids: dict[str, int] = {}
         ids = [i for i, b in enumerate(tok.token_bytes) if b is not None]
         self.sorted_bytes = sorted((tok.token_bytes[i], i) for i in ids)
-        self._sorted_keys = [b for b, _ in self.sorted_bytes]
+        self.sorted_keys = [b for b, _ in self.sorted_bytes]  # the token bytes, sorted
         self.sorted_ids = np.array([i for _, i in self.sorted_bytes], dtype=np.int64)
         self.sorted_len = np.array([len(b) for b, _ in self.sorted_bytes], dtype=np.int64)
         self.max_token_len = int(self.sorted_len.max())
@@ -373,7 +373,7 @@ class Engine:
         """Tokens T and probe endings e (``b""`` included) with ``head + T + e`` a token
         (:attr:`whole_words` keeps them per head)."""
         lo, hi = self.token_range(head)
-        keys, get, n = self._sorted_keys, self.tok.bytes_to_id.get, len(head)
+        keys, get, n = self.sorted_keys, self.tok.bytes_to_id.get, len(head)
         if b"" in self.tok.bytes_to_id:  # an odd vocabulary: empty slices must find nothing
             ids = self.tok.bytes_to_id
             get = lambda b: ids.get(b) if b else None  # noqa: E731
@@ -401,7 +401,7 @@ class Engine:
         if got is None:
             # tokens starting with a continuation byte: one run of the sorted vocabulary
             lo, hi = self.token_range(b"\x80")[0], self.token_range(b"\xbf")[1]
-            runs = np.array([continuation_run(b) for b in self._sorted_keys[lo:hi]])
+            runs = np.array([continuation_run(b) for b in self.sorted_keys[lo:hi]])
             lengths = self.sorted_len[lo:hi]
             keep = runs == np.minimum(lengths, missing)
             got = self._continuing[missing] = self.sorted_ids[lo:hi][keep]
@@ -418,11 +418,11 @@ class Engine:
             endings = sorted(set(PROBE_ENDINGS) - {b""})
             width = max(map(len, endings))
             found: dict[bytes, list[int]] = {e: [] for e in endings}
-            for i, word in enumerate(self._sorted_keys):
+            for i, word in enumerate(self.sorted_keys):
                 for k in range(1, min(width, len(word)) + 1):
                     if word[-k:] in found:
                         found[word[-k:]].append(i)
-            span = len(self._sorted_keys) + 1
+            span = len(self.sorted_keys) + 1
             shifted = [
                 np.asarray(found[e], dtype=np.int64) + k * span for k, e in enumerate(endings)
             ]
@@ -439,8 +439,8 @@ class Engine:
 
     def token_range(self, prefix: bytes) -> tuple[int, int]:
         """Indices into ``sorted_bytes`` of tokens that start with ``prefix``."""
-        lo = bisect.bisect_left(self._sorted_keys, prefix)
-        hi = bisect.bisect_left(self._sorted_keys, prefix + b"\xff" * (self.max_token_len + 1))
+        lo = bisect.bisect_left(self.sorted_keys, prefix)
+        hi = bisect.bisect_left(self.sorted_keys, prefix + b"\xff" * (self.max_token_len + 1))
         return lo, hi
 
 

@@ -180,7 +180,7 @@ def test_whole_pre_tokens_are_left_out() -> None:
     so a completion that makes one never ends a sequence inside it."""
     engine = load_engine(str(tokenizer_path("llama3")))
     fast = engine.canonical.partial_verdicts()
-    word = next(w for w in engine._sorted_keys if w.startswith("的".encode()) and len(w) == 6)
+    word = next(w for w in engine.sorted_keys if w.startswith("的".encode()) and len(w) == 6)
     partial = word[3:5]  # the second CJK character, cut before its last byte
     info = engine.completions(partial)
     whole = info.index(word[5:])
@@ -229,7 +229,7 @@ def test_encodes_word_is_encode_word() -> None:
     engine = load_engine(str(tokenizer_path("llama3")))
     fast, tok = engine.canonical.partial_verdicts(), engine.tok
     rng = random.Random(5)
-    words = [w for w in rng.sample(engine._sorted_keys, 3000) if not _ends_inside_char(w)]
+    words = [w for w in rng.sample(engine.sorted_keys, 3000) if not _ends_inside_char(w)]
     words += [a + b for a, b in zip(words[:500], words[500:1000], strict=True)]
     for word in words:
         want = tok.encode_word(word)

@@ -165,10 +165,10 @@ def test_remembered_continues_verdicts_equal_fresh_ones(engine: Engine, monkeypa
     for text in TEXTS[:2]:
         for region in _regions(engine, text):
             _Checking(engine, region).run()
-            assert len(tables._continued) <= 8
-            for key, verdict in tables._continued.items():
+            assert len(tables.continued) <= 8
+            for key, verdict in tables.continued.items():
                 assert verdict == tables.continues_uncached(*key)
-            seen += len(tables._continued)
+            seen += len(tables.continued)
     assert seen  # the walk asked
 
 
@@ -210,7 +210,7 @@ def _plain_whole_words(engine: Engine, head: bytes) -> dict[int, set[bytes]]:
 
 def test_whole_words_equal_a_plain_scan(engine: Engine) -> None:
     rng = random.Random(0)
-    words = [w for w in rng.sample(engine._sorted_keys, 150) if len(w) > 1]
+    words = [w for w in rng.sample(engine.sorted_keys, 150) if len(w) > 1]
     heads = [b"in", b"\xe0", b"12", b"__", *(w[: rng.randrange(2, len(w) + 1)] for w in words)]
     engine.clear_caches()  # every head's whole words computed afresh
     for head in heads:
