@@ -51,6 +51,8 @@ from midword.server.positions import from_index, utf8_len
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
+from midword.models import shipped_test_model
+
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 REQUEST_CANCELLED = -32800
 TYPED = "abcdefghijklmnopqrstuvwxyz    ____()[]:.,=+'\"0123456789"
@@ -444,7 +446,10 @@ async def main() -> None:
     parser.add_argument("--cancel", type=float, default=1 / 3, help="share of requests cancelled")
     parser.add_argument("--request-ms", type=float, default=50.0, help="ms between requests")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--options", default="{}", help="server options (JSON)")
+    parser.add_argument(
+        "--model", default="", help="model folder (default: the small test model shipped)"
+    )
+    parser.add_argument("--options", default="{}", help="more server options (JSON)")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
     plan = Plan(
@@ -460,10 +465,11 @@ async def main() -> None:
     await client.start_io(sys.executable, "-m", "midword", "serve", "--log-level", "warning")
     server = client._server
     drain = asyncio.create_task(_drain(server.stderr))
+    model = args.model or str(shipped_test_model())
     await client.initialize_async(
         types.InitializeParams(
             capabilities=types.ClientCapabilities(),
-            initialization_options=json.loads(args.options),
+            initialization_options={"model": model, **json.loads(args.options)},
         )
     )
     client.initialized(types.InitializedParams())
@@ -475,6 +481,7 @@ async def main() -> None:
     rng = random.Random(args.seed)
     session = Session(client, buffer_texts(args.buffers, source, rng), source, args.seed)
     sizes = sorted(utf8_len(b.doc.text()) for b in session.buffers)
+    print(f"model {model}")
     print(
         f"{len(sizes)} buffers, {sizes[0] / 1024:.0f} KB to {sizes[-1] / 1024:.0f} KB, "
         f"{sum(sizes) / (1 << 20):.1f} MB in all; server pid {server.pid}, cores "

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from .document import Cursor, Document, Range
 from .options import ServerOptions, needs_reload, parse_options
 from .positions import from_index
 from .scope import IndentCounts, Scope, identifier_split, scope_for
+from .trim import following_lines, trim_repeats
 from .worker import Answer, ModelHost, Request, Status, Superseded
 
 __all__ = ["Controller", "EditItem", "InlineItem"]
@@ -43,6 +44,9 @@ class InlineItem:
     text: str
     line: int
     character: int
+    # the acceptance log's tags (server/acceptance.py): what made it, where the cursor was
+    method: str = ""
+    context: str = ""  # "inside_word" or "boundary"
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,11 @@ class Controller:
         self._ids = itertools.count(1)
         self._indents: dict[str, _IndentMemo] = {}  # uri -> tallies of the lines above
         self._jobs: dict[str, _Job] = {}  # uri -> its latest request on the worker
+        # Set by the transport: returns once the client's messages received so far are
+        # applied. A request waits for it before it goes to the worker: when the server
+        # falls behind, edits that already arrived would make it stale, and the worker's
+        # time is better left to the event loop catching up.
+        self.settle: Callable[[], Awaitable[None]] = _settled
         self._settings: tuple[ServerOptions, int, list[Settings]] | None = None
 
     # ------------------------------------------------------------------ options
@@ -133,7 +142,9 @@ class Controller:
         if not self._still(asked):
             return []
         column = from_index(asked.body, asked.cursor.index, self.encoding)
-        return [InlineItem(text, asked.cursor.line, column) for text in answer.texts]
+        method, context = item_tags(self.options, asked.line_prefix)
+        texts = _without_repeats(asked, answer.texts)
+        return [InlineItem(t, asked.cursor.line, column, method, context) for t in texts]
 
     async def completion_list(self, uri: str, line: int, character: int) -> list[EditItem]:
         """Completion-list fallback: the completed identifier, then the rest of the line
@@ -166,6 +177,10 @@ class Controller:
             log.debug("%s: no completion (%s)", request_id, self.host.status.message)
             return Answer(reason=self.host.status.message)
         started = time.perf_counter()
+        await self.settle()  # edits already received may make this request stale
+        if not asked.current_in(self.documents):
+            log.debug("%s: stale before it reached the model", request_id)
+            return Answer(reason="superseded")
         job = self._job_for(asked, scope, items, request_id)
         from midword.engine.generate import Interrupted  # loaded with the model by now
 
@@ -279,6 +294,10 @@ class Controller:
         self.host.shutdown()
 
 
+async def _settled() -> None:
+    """No transport backlog to wait for (in-process use, TCP)."""
+
+
 def _rss_bytes() -> int:
     """Resident memory of this process (Linux /proc; 0 where unavailable)."""
     try:
@@ -351,6 +370,34 @@ class _Asked:
         Called from the worker thread as well: two reads, each atomic.
         """
         return documents.get(self.doc.uri) is self.doc and self.doc.edits == self.edits
+
+
+def item_tags(options: ServerOptions, line_prefix: str) -> tuple[str, str]:
+    """(method, cursor context) of a completion, for the acceptance log.
+
+    >>> item_tags(ServerOptions(), "x = foo.ba")
+    ('bytesampler', 'inside_word')
+    >>> item_tags(ServerOptions(method="naive"), "x = ")
+    ('naive', 'boundary')
+    """
+    method = "ensemble" if len(options.ensemble) > 1 else options.method
+    partial, _ = identifier_split(line_prefix, "")
+    return method, "inside_word" if partial else "boundary"
+
+
+def _without_repeats(asked: _Asked, texts: list[str]) -> list[str]:
+    """The texts cut where they repeat the document below the cursor (server/trim.py);
+    empty and duplicate results dropped. Runs only while ``asked`` is current."""
+    doc = asked.doc
+    below = following_lines(doc.body(i) for i in range(asked.cursor.line + 1, len(doc.lines)))
+    kept: list[str] = []
+    for text in texts:
+        trimmed = trim_repeats(text, asked.line_prefix, below, asked.line_suffix)
+        if trimmed != text:
+            log.debug("trimmed a repeat of the lines below: %r -> %r", text, trimmed)
+        if trimmed.strip() and trimmed not in kept:
+            kept.append(trimmed)
+    return kept
 
 
 def _edit_items(asked: _Asked, text: str, encoding: str) -> list[EditItem]:

@@ -16,6 +16,7 @@ Example (a fake model, no torch needed)::
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,6 +31,46 @@ __all__ = ["Backend", "EnsembleModels", "LiveDocument", "SingleModel"]
 StopFn = Callable[[], bool] | None
 CutFn = Callable[[str], int | None] | None
 PREFILL_CHUNK = 256  # trunk tokens evaluated between two checks for a newer request
+log = logging.getLogger("midword.server")
+
+
+def coverable_tail(prefix: bytes, missing: frozenset[int]) -> bytes:
+    """The part of ``prefix`` after its last byte that no token can hold.
+
+    A vocabulary without a single-byte token for some bytes (SmolLM2 lacks 21) cannot
+    cover a prefix that holds one. The prompt window is already a cut of the file, so the
+    server cuts it once more, just after that byte, rather than give up on the buffer.
+
+    >>> coverable_tail(b"a\x04bc", frozenset({4}))
+    b'bc'
+    >>> coverable_tail(b"abc", frozenset({4}))
+    b'abc'
+    """
+    if not missing:
+        return prefix
+    last = max(prefix.rfind(bytes((byte,))) for byte in missing)
+    return prefix[last + 1 :]
+
+
+class _Coverage:
+    """Cuts a document's windows after uncoverable bytes, and says so once per document."""
+
+    def __init__(self, missing: frozenset[int]) -> None:
+        self.missing = missing
+        self.logged = False
+
+    def __call__(self, prefix: bytes) -> bytes:
+        tail = coverable_tail(prefix, self.missing)
+        if len(tail) != len(prefix) and not self.logged:
+            self.logged = True
+            byte = prefix[len(prefix) - len(tail) - 1]
+            log.info(
+                "the window holds byte 0x%02x, which no token of the vocabulary covers: "
+                "the prompt starts after it (%d bytes dropped)",
+                byte,
+                len(prefix) - len(tail),
+            )
+        return tail
 
 
 class LiveDocument(Protocol):
@@ -94,6 +135,7 @@ class SingleDocument:
 
     def __init__(self, completer: Completer) -> None:
         self.completer = completer
+        self.cover = _Coverage(completer.sampler.vct.engine.missing_bytes)
 
     @property
     def inference_tokens(self) -> int:
@@ -101,7 +143,7 @@ class SingleDocument:
 
     def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
         sampler = self.completer.sampler
-        sampler.reset(prefix)
+        sampler.reset(self.cover(prefix))
         # Prefill the KV cache with the settled tokens while the user types, so the next
         # request only scores the tail (after a paste or a newly opened buffer this is
         # the expensive part).
@@ -111,7 +153,7 @@ class SingleDocument:
 
     def prepare(self, prefix: bytes, method: str, should_stop: StopFn = None) -> None:
         sampler = self.completer.sampler
-        sampler.reset(prefix)
+        sampler.reset(self.cover(prefix))
         prefill(self.completer.session, sampler.vct.tree().trunk, should_stop)
         if method == "bytesampler":
             self.completer.leaf_set()  # scores the tree once; every item reuses the rows
@@ -120,7 +162,7 @@ class SingleDocument:
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
     ) -> Completion:
         return self.completer.complete(
-            prefix, settings, should_stop=should_stop, cut=cut, deadline=deadline
+            self.cover(prefix), settings, should_stop=should_stop, cut=cut, deadline=deadline
         )
 
     def state(self) -> dict[str, Any]:
@@ -153,20 +195,22 @@ class EnsembleDocument:
 
     def __init__(self, ensemble: Ensemble) -> None:
         self.ensemble = ensemble
+        missing = [m.sampler.vct.engine.missing_bytes for m in ensemble.members]
+        self.cover = _Coverage(frozenset().union(*missing))
 
     @property
     def inference_tokens(self) -> int:
         return sum(m.sampler.session.inference_tokens for m in self.ensemble.members)
 
     def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
-        self.ensemble.reset(prefix)
+        self.ensemble.reset(self.cover(prefix))
         for member in self.ensemble.members:
             trunk = member.sampler.vct.tree().trunk
             prefill(member.sampler.session, trunk, should_stop)
             member.sampler.session.logprobs(trunk, [()])
 
     def prepare(self, prefix: bytes, method: str, should_stop: StopFn = None) -> None:
-        self.ensemble.reset(prefix)
+        self.ensemble.reset(self.cover(prefix))
         for member in self.ensemble.members:
             prefill(member.sampler.session, member.sampler.vct.tree().trunk, should_stop)
         self.ensemble.distribution()  # every member's tree scored once
@@ -175,6 +219,7 @@ class EnsembleDocument:
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
     ) -> Completion:
         as_bytes = replace(settings, mode="bytes", level="byte", method="bytesampler")
+        prefix = self.cover(prefix)
         try:
             return self.ensemble.complete(
                 prefix, as_bytes, should_stop=should_stop, cut=cut, deadline=deadline

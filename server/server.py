@@ -19,6 +19,7 @@ import os
 import stat
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Generator
 from typing import Any, BinaryIO
@@ -40,6 +41,7 @@ from .worker import Status
 __all__ = ["STATUS_NOTIFICATION", "MidwordServer", "build_server"]
 
 STATUS_NOTIFICATION = "midword/status"
+SETTLE_LIMIT_S = 1.0  # the longest a request waits for received messages to be applied
 INSPECT_REQUEST = "midword/inspect"
 STATS_REQUEST = "midword/stats"
 _ENCODINGS = {
@@ -126,11 +128,14 @@ class MidwordServer(LanguageServer):
             return
         self._stop_event = threading.Event()
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        reader = PipeReader(stdin)
+        self.controller.settle = reader.settle
+        self.controller.host.backlog = reader.pending
         try:
             asyncio.run(
                 run_async(
                     stop_event=self._stop_event,
-                    reader=PipeReader(stdin),
+                    reader=reader,
                     protocol=self.protocol,
                     logger=log,
                     error_handler=self.report_server_error,
@@ -177,18 +182,35 @@ class PipeReader:
     pygls reads stdin on a thread pool: every header line and every body is a hop to a
     pool thread and back, four GIL hand-overs per message. With the model worker
     running Python code, each waits up to a switch interval, and at a thousand edits
-    a second messages queued up for seconds. Here one read takes all that has come.
+    a second messages queued up for seconds. Here one read takes all that has come,
+    and `pending` tells whether received messages wait to be applied (see `settle`).
     """
 
     def __init__(self, stdin: BinaryIO) -> None:
         self.stdin = stdin
         self._stream: asyncio.StreamReader | None = None
+        self.received = 0  # bytes the transport has handed over
+        self.consumed = 0  # bytes read out of them as messages
+
+    def pending(self) -> bool:
+        """Bytes of the client's that are received but not yet read as a message."""
+        return self.received > self.consumed
+
+    async def settle(self, limit: float = SETTLE_LIMIT_S) -> None:
+        """Return once every message received so far has been applied (or after ``limit``
+        seconds, should the client send faster than they are applied)."""
+        deadline = time.monotonic() + limit
+        while self.pending() and time.monotonic() < deadline:
+            before = self.consumed
+            await asyncio.sleep(0)  # the reader applies a message per turn
+            if self.consumed == before:  # the rest of a message is still coming
+                await asyncio.sleep(0.001)
 
     async def _reader(self) -> asyncio.StreamReader:
         if self._stream is None:
             loop = asyncio.get_running_loop()
             stream = asyncio.StreamReader()
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), self.stdin)
+            await loop.connect_read_pipe(lambda: _Counted(stream, self), self.stdin)
             self._stream = stream
         return self._stream
 
@@ -198,13 +220,29 @@ class PipeReader:
         # before its first await, so it sees the document as the client saw it when it
         # sent the request. Data already buffered would otherwise be read without a pause.
         await asyncio.sleep(0)
-        return await (await self._reader()).readline()  # b"" at the end of the input
+        line = await (await self._reader()).readline()  # b"" at the end of the input
+        self.consumed += len(line)
+        return line
 
     async def readexactly(self, n: int) -> bytes:
         try:
-            return await (await self._reader()).readexactly(n)
+            body = await (await self._reader()).readexactly(n)
         except asyncio.IncompleteReadError as exc:
-            return exc.partial  # the client went away mid-message
+            body = exc.partial  # the client went away mid-message
+        self.consumed += len(body)
+        return body
+
+
+class _Counted(asyncio.StreamReaderProtocol):
+    """A stream protocol that counts the bytes it receives (for `PipeReader.pending`)."""
+
+    def __init__(self, stream: asyncio.StreamReader, reader: PipeReader) -> None:
+        super().__init__(stream)
+        self._counts = reader
+
+    def data_received(self, data: bytes) -> None:
+        self._counts.received += len(data)
+        super().data_received(data)
 
 
 def _is_pipe(stream: BinaryIO) -> bool:

@@ -129,6 +129,9 @@ class ModelHost:
         self._lock = threading.Lock()  # guards the load generation
         self._generation = 0
         self._watchers: list[ModelWatcher] = []
+        # Set by the transport: the client's messages wait to be read. Background syncs
+        # then give way (the event loop shares the interpreter with this thread).
+        self.backlog: Callable[[], bool] = lambda: False
 
     # ------------------------------------------------------------------ status
     @property
@@ -228,8 +231,11 @@ class ModelHost:
         if held is None or (not force and self._worker.has_request(uri)):
             return  # not live any more, or a request for it moves the VCT itself
 
-        def stale() -> bool:  # a request or a call waits, or a newer edit was posted
-            return self._worker.busy() or self._worker.has_background(uri)
+        def stale() -> bool:  # other work waits, a newer edit was posted or is coming
+            return self._worker.busy() or self._worker.has_background(uri) or self.backlog()
+
+        if not force and stale():
+            return
 
         try:
             held.version = version

@@ -5,6 +5,7 @@ about (server/controller.py). The model is the fake one on the shipped tokenizer
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -391,5 +392,62 @@ def test_the_same_question_again_joins_the_request_on_the_worker() -> None:
         lone.cancel()
         await asyncio.sleep(0)
         assert stub.futures[2].cancelled() and not stub.requests[2].is_current()
+
+    asyncio.run(run())
+
+
+def test_a_request_waits_for_edits_already_received_and_is_dropped_by_them() -> None:
+    """Edits the transport has received but not applied yet make a request stale before
+    it goes to the worker: it never reaches the model."""
+    controller, stub = _controller()
+    uri = "file:///a.py"
+
+    async def apply_the_backlog() -> None:
+        controller.change(uri, 2, [(Range(2, 18, 2, 18), "m")])
+
+    controller.settle = apply_the_backlog
+    assert asyncio.run(controller.inline(uri, 2, 18, False)) == []
+    assert stub.requests == []
+    controller.settle = _nothing_pending
+
+    async def current() -> None:
+        task = asyncio.ensure_future(controller.inline(uri, 2, 19, False))
+        await asyncio.sleep(0)
+        assert len(stub.requests) == 1  # nothing changed it: it went to the worker
+        stub.futures[0].set_result(Answer(texts=["e"]))
+        assert await task == [InlineItem("e", 2, 19)]
+
+    asyncio.run(current())
+
+
+async def _nothing_pending() -> None:
+    pass
+
+
+def test_the_pipe_reader_counts_what_waits_and_settles() -> None:
+    from midword.server.server import PipeReader
+
+    read_fd, write_fd = os.pipe()
+    body = b'{"jsonrpc": "2.0", "method": "x"}'
+    message = b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    async def run() -> None:
+        reader = PipeReader(os.fdopen(read_fd, "rb", buffering=0))
+        os.write(write_fd, message + message[:10])  # one message and a part of the next
+        assert await reader.readline() == message.split(b"\r\n")[0] + b"\r\n"
+        assert reader.pending()
+        assert await reader.readline() == b"\r\n"
+        assert await reader.readexactly(len(body)) == body
+        assert reader.pending()  # the start of the next message
+        started = time.monotonic()
+        await reader.settle(limit=0.2)  # it cannot come: gives up after the limit
+        assert 0.2 <= time.monotonic() - started < 2
+        os.write(write_fd, message[10:])
+        settled = asyncio.ensure_future(reader.settle())
+        await reader.readline(), await reader.readline(), await reader.readexactly(len(body))
+        await asyncio.wait_for(settled, 1)
+        assert not reader.pending()
+        os.close(write_fd)
+        assert await reader.readline() == b""
 
     asyncio.run(run())
