@@ -1,0 +1,80 @@
+"""No duplicated code: cut a completion where it starts repeating the text below the cursor.
+
+A model that sees only the text before the cursor often writes the next lines of the
+file again (users report it against Continue, Copilot and llama.vim). Lines compare
+with their surrounding whitespace stripped; blank lines are skipped on both sides.
+
+* A multi-line completion is cut before its first line that repeats the document's
+  next non-blank lines (up to `MATCH_LINES` of them must agree, so a lone ``}`` or
+  ``pass`` in the middle of a completion does not cut it when the lines after differ).
+* A single-line completion that is the rest of the cursor's line is dropped.
+
+>>> trim_repeats("x = 1\\ny = 2\\nz = 3", "", ["y = 2", "z = 3", "print(x)"], "")
+'x = 1'
+>>> trim_repeats("\\n    return a", "def f(a):", ["    return a"], "")
+''
+>>> trim_repeats("b)", "f(a, ", [], " b)")
+''
+>>> trim_repeats("x = 1\\n}\\ny = 2", "", ["}", "z = 3"], "")
+'x = 1\\n}\\ny = 2'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+__all__ = ["MATCH_LINES", "following_lines", "trim_repeats"]
+
+MATCH_LINES = 3  # how many of the next document lines a repeat must match (fewer if it ends)
+
+
+def trim_repeats(
+    text: str, line_prefix: str, following: Sequence[str], line_suffix: str = ""
+) -> str:
+    """``text`` without the part that repeats what follows the cursor.
+
+    ``line_prefix``/``line_suffix``: the cursor's line before and after the cursor;
+    ``following``: the document's lines after the cursor's line (blank ones allowed).
+    """
+    if "\n" not in text:
+        suffix = line_suffix.strip()
+        return "" if suffix and text.strip() == suffix else text
+    lines = text.split("\n")
+    # the first line completes the cursor's line: compare the whole line it makes
+    compared = [(line_prefix + lines[0]).strip()] + [line.strip() for line in lines[1:]]
+    below = [line.strip() for line in following if line.strip()]
+    if not below:
+        return text
+    for start, line in enumerate(compared):
+        if line and _repeats_from(compared[start:], below):
+            return _cut_before_line(lines, start)
+    return text
+
+
+def _repeats_from(candidate: list[str], below: list[str]) -> bool:
+    """The non-blank lines of ``candidate`` start the same as ``below`` (up to MATCH_LINES)."""
+    mine = [line for line in candidate if line]
+    wanted = min(len(mine), len(below), MATCH_LINES)
+    return mine[:wanted] == below[:wanted]
+
+
+def _cut_before_line(lines: list[str], start: int) -> str:
+    """The text of ``lines[:start]`` without trailing blank lines ('' for the first)."""
+    if start == 0:
+        return ""
+    return "\n".join(lines[:start]).rstrip()
+
+
+def following_lines(lines: Iterable[str], limit: int = 2 * MATCH_LINES + 8) -> list[str]:
+    """The first non-blank ``lines`` (at most ``limit`` of them): all `trim_repeats` needs.
+
+    >>> following_lines(["", "a", "  ", "b"], limit=1)
+    ['a']
+    """
+    found: list[str] = []
+    for line in lines:
+        if line.strip():
+            found.append(line)
+            if len(found) >= limit:
+                break
+    return found
