@@ -33,11 +33,11 @@ from midword.engine import (
     load_engine,
     load_tokenizer,
 )
-from midword.engine.bytelevel import BYTE_TO_CHAR
 
 from midword.models import find_smollm2, shipped_test_model
 from midword.testing import CORPUS, real_encoder
 from midword.testing.completeness import Config, Report, fragments, stream_fragment
+from midword.testing.vocab import HOLDING_MISSING, MISSING, derive_tokenizer
 
 from .lm_oracle import LMOracle
 from .oracle import brute_force_tree, sample_ids, tree_sequences
@@ -45,29 +45,7 @@ from .oracle import brute_force_tree, sample_ids, tree_sequences
 torch = pytest.importorskip("torch")
 from midword.testing.tiny_models import build_tiny_llama  # noqa: E402
 
-# most of SmolLM2's missing bytes: control characters, bytes UTF-8 never uses, the 4-byte
-# leads 0xf1 and 0xf2; and two vocabulary entries that hold one (never to be offered)
-MISSING = (0x04, 0x13, 0x14, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, *range(0xF5, 0x100))
-HOLDING_MISSING = ["a\x04", "\x13("]  # vocabulary entries no merge forms
 TOL = 1e-9  # float64 throughout
-
-
-def derive_tokenizer(source: Path, missing: tuple[int, ...], extra: list[str], out: Path) -> Path:
-    """A valid tokenizer.json: ``source`` without the single-byte tokens of ``missing``
-    and every token and merge that holds one, ids renumbered in order, plus ``extra``
-    texts as vocabulary entries that no merge forms."""
-    spec = json.loads(source.read_text())
-    gone = {BYTE_TO_CHAR[b] for b in missing}
-    model = spec["model"]
-    kept = [t for t, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1]) if not gone & set(t)]
-    kept += ["".join(BYTE_TO_CHAR[b] for b in text.encode()) for text in extra]
-    vocab = {t: i for i, t in enumerate(kept)}
-    merges = [m for m in model["merges"] if not gone & set("".join(m))]
-    for added in spec["added_tokens"]:
-        added["id"] = vocab[added["content"]]
-    spec["model"] = {**model, "vocab": vocab, "merges": merges}
-    out.write_text(json.dumps(spec))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,38 @@
+"""Vocabularies derived from real ones for tests: the same tokenizer without some bytes.
+
+SmolLM2 and the StarCoder family lack single-byte tokens for some bytes. ``derive_tokenizer``
+makes a small vocabulary like that from any ByteLevel tokenizer.json, so the engine's
+exactness tests and the language server's tests run on one with a tiny model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from midword.engine.bytelevel import BYTE_TO_CHAR
+
+__all__ = ["HOLDING_MISSING", "MISSING", "derive_tokenizer"]
+
+# most of SmolLM2's missing bytes: control characters, bytes UTF-8 never uses, the 4-byte
+# leads 0xf1 and 0xf2; and two vocabulary entries that hold one (never to be offered)
+MISSING = (0x04, 0x13, 0x14, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, *range(0xF5, 0x100))
+HOLDING_MISSING = ["a\x04", "\x13("]  # vocabulary entries no merge forms
+
+
+def derive_tokenizer(source: Path, missing: tuple[int, ...], extra: list[str], out: Path) -> Path:
+    """A valid tokenizer.json: ``source`` without the single-byte tokens of ``missing``
+    and every token and merge that holds one, ids renumbered in order, plus ``extra``
+    texts as vocabulary entries that no merge forms."""
+    spec = json.loads(source.read_text())
+    gone = {BYTE_TO_CHAR[b] for b in missing}
+    model = spec["model"]
+    kept = [t for t, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1]) if not gone & set(t)]
+    kept += ["".join(BYTE_TO_CHAR[b] for b in text.encode()) for text in extra]
+    vocab = {t: i for i, t in enumerate(kept)}
+    merges = [m for m in model["merges"] if not gone & set("".join(m))]
+    for added in spec["added_tokens"]:
+        added["id"] = vocab[added["content"]]
+    spec["model"] = {**model, "vocab": vocab, "merges": merges}
+    out.write_text(json.dumps(spec))
+    return out
