@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+    "stats": ("midword.cmd_stats", "acceptance rate of inline completions, from the local log"),
 class CommandError(Exception):
     """An error to report as one line on stderr with a non-zero exit."""
 

@@ -61,6 +61,7 @@ class ServerOptions:
     window_bytes: int = 4096
     log_level: str = "info"
     max_items: int = 3
+    acceptance_log: bool = True  # append shown/accepted events to a local file (acceptance.py)
 
 
 Check = Callable[[Any], bool]
@@ -120,6 +121,7 @@ _SPEC: dict[str, tuple[str, Check, str]] = {
     "window_bytes": ("windowBytes", _integer(64), "an integer >= 64"),
     "log_level": ("logLevel", *_one_of(LOG_LEVELS)),
     "max_items": ("maxItems", _integer(1), "an integer >= 1"),
+    "acceptance_log": ("acceptanceLog", lambda v: isinstance(v, bool), "true or false"),
 }
 
 

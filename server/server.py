@@ -33,6 +33,7 @@ from pygls.protocol.language_server import lsp_method
 
 from midword import __version__
 
+from .acceptance import AcceptanceLog, item_command, register_acceptance_events, wants_events
 from .controller import Controller, EditItem, InlineItem
 from .document import Range
 from .logs import ClientLogHandler
@@ -112,6 +113,8 @@ class MidwordServer(LanguageServer):
         self.pending_options: Any = None
         self.progress = _LoadProgress(self)
         self.client_log = ClientLogHandler(self._log_to_client)
+        self.acceptance = AcceptanceLog()  # server/acceptance.py
+        self.completion_events = False  # the client asked for tagged inline items
         self.controller = Controller(
             on_status=self._status_from_any_thread,
             on_progress=self._progress_from_any_thread,
@@ -301,6 +304,7 @@ def build_server() -> MidwordServer:
     _register_lifecycle(server)
     _register_sync(server)
     _register_completion(server)
+    register_acceptance_events(server)
     return server
 
 
@@ -313,6 +317,7 @@ def _register_lifecycle(server: MidwordServer) -> None:
             midword_log.addHandler(ls.client_log)
         ls.controller.encoding = _ENCODINGS.get(ls.workspace.position_encoding, "utf-16")
         ls.pending_options = params.initialization_options
+        ls.completion_events = wants_events(params.capabilities)
 
     @server.feature(types.INITIALIZED)
     def initialized(ls: MidwordServer, params: types.InitializedParams) -> None:
@@ -328,6 +333,7 @@ def _register_lifecycle(server: MidwordServer) -> None:
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: MidwordServer, params: Any) -> None:
         ls.controller.shutdown()
+        ls.acceptance.close()
         logging.getLogger("midword").removeHandler(ls.client_log)
 
     @server.feature(INSPECT_REQUEST)
@@ -366,11 +372,9 @@ def _register_completion(server: MidwordServer) -> None:
         ls: MidwordServer, params: types.InlineCompletionParams
     ) -> types.InlineCompletionList:
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-        pos = params.position
-        items = await ls.controller.inline(
-            params.text_document.uri, pos.line, pos.character, invoked
-        )
-        return types.InlineCompletionList(items=[_inline_item(i) for i in items])
+        pos, uri = params.position, params.text_document.uri
+        items = await ls.controller.inline(uri, pos.line, pos.character, invoked)
+        return types.InlineCompletionList(items=[_inline_item(ls, uri, i) for i in items])
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
     async def completion(ls: MidwordServer, params: types.CompletionParams) -> types.CompletionList:
@@ -387,9 +391,17 @@ def _range(rng: types.Range) -> Range:
     return Range(rng.start.line, rng.start.character, rng.end.line, rng.end.character)
 
 
-def _inline_item(item: InlineItem) -> types.InlineCompletionItem:
+def _inline_item(ls: MidwordServer, uri: str, item: InlineItem) -> types.InlineCompletionItem:
     at = types.Position(line=item.line, character=item.character)
-    return types.InlineCompletionItem(insert_text=item.text, range=types.Range(start=at, end=at))
+    command = None
+    if ls.completion_events:  # tags for the acceptance log (server/acceptance.py)
+        doc = ls.controller.documents.get(uri)
+        language = doc.language_id if doc is not None else ""
+        tags = ls.acceptance.issue(item.method, item.context, language, item.text)
+        command = types.Command(**item_command(tags))
+    return types.InlineCompletionItem(
+        insert_text=item.text, range=types.Range(start=at, end=at), command=command
+    )
 
 
 def _edit_item(item: EditItem, rank: int) -> types.CompletionItem:

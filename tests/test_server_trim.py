@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 import pytest_lsp
+from midword.server.trim import trim_repeats
 from pytest_lsp import LanguageClient
-
-from server.trim import trim_repeats
 
 from .lsp_support import CONFIG, Buffer, Session, start
 

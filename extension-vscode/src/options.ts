@@ -59,6 +59,8 @@ export interface ServerOptions {
   logLevel: (typeof LOG_LEVELS)[number];
   /** Items for an Invoked request. */
   maxItems: number;
+  /** Append shown/accepted events of inline items to a local file (`midword stats` reads it). */
+  acceptanceLog: boolean;
 }
 
 export type ServerOptionKey = keyof ServerOptions;
@@ -86,6 +88,7 @@ export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
   'windowBytes',
   'logLevel',
   'maxItems',
+  'acceptanceLog',
 ];
 
 /**
@@ -109,6 +112,7 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
   windowBytes: 4096,
   logLevel: 'info',
   maxItems: 3,
+  acceptanceLog: true,
 });
 
 /** Reads one setting by its key relative to `midword.` (e.g. `topP`); `undefined` when unset. */
@@ -143,6 +147,8 @@ function numberIn(min: number, max: number, opts: { minExclusive?: boolean; inte
 
 const isString: Check<string> = (value: unknown): value is string => typeof value === 'string';
 
+const isBoolean: Check<boolean> = (value: unknown): value is boolean => typeof value === 'boolean';
+
 const isFiniteNumber: Check<number> = (value: unknown): value is number => typeof value === 'number' && Number.isFinite(value);
 
 function arrayOf<T>(element: Check<T>): Check<readonly T[]> {
@@ -166,6 +172,7 @@ const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expect
   windowBytes: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
   logLevel: { check: oneOf(LOG_LEVELS), expected: LOG_LEVELS.join(' | ') },
   maxItems: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
+  acceptanceLog: { check: isBoolean, expected: 'true or false' },
 };
 
 /** A fresh copy of an array value (so options never share the frozen fallbacks or VS Code's read-only objects). */

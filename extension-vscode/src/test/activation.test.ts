@@ -86,6 +86,7 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
       windowBytes: 4096,
       logLevel: 'info',
       maxItems: 3,
+      acceptanceLog: true,
     });
     const item = s.vscode.statusItems[0];
     assert.ok(item?.visible);

@@ -31,6 +31,7 @@ const SPEC_DEFAULTS = {
   windowBytes: 4096,
   logLevel: 'info',
   maxItems: 3,
+  acceptanceLog: true,
 };
 
 describe('settings -> initializationOptions', () => {
@@ -72,6 +73,7 @@ describe('settings -> initializationOptions', () => {
       windowBytes: 8192,
       logLevel: 'debug',
       maxItems: 5,
+      acceptanceLog: false,
       enable: false,
       'python.path': '/usr/bin/python3',
     };
