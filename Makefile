@@ -84,3 +84,7 @@ bench-tree-overhead:  ## issue 3: inference tokens per prompt-boundary solve ove
 .PHONY: bench-tree-replay
 bench-tree-replay:  ## covering-tree build times: typed code (shipped tokenizer), trees inside characters with and without encoding (llama3)
 	$(PY) benchmarks/bench_tree_replay.py
+
+.PHONY: bench-editor-path
+bench-editor-path:  ## issue 21: keystroke -> inline item over stdio on the default model (2,000-line file, 16 tokens) vs plain generate()
+	$(PY) benchmarks/bench_editor_path.py
