@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
 
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -20,12 +23,46 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("midword.bench.command", "headless benchmarks: humaneval, charlm, overhead"),
     "serve": ("midword.cmd_serve", "run the language server (LSP over stdio or TCP)"),
     "demo": ("midword.cmd_demo", "type a file into the server: naive vs midword, side by side"),
+    "stats": ("midword.cmd_stats", "acceptance rate of inline completions, from the local log"),
 }
 
 
-    "stats": ("midword.cmd_stats", "acceptance rate of inline completions, from the local log"),
 class CommandError(Exception):
     """An error to report as one line on stderr with a non-zero exit."""
+
+
+def to_json(value: Any) -> Any:
+    """``value`` as plain JSON data, for every ``--json`` output.
+
+    The engine hands back numpy (or torch) integers, floats and arrays, which ``json``
+    refuses; they become ``int``, ``float``, ``bool`` and lists here, once, at the
+    boundary. Tuples become lists, mapping keys strings, and a float that is not finite
+    becomes ``None`` (JSON has no infinity or NaN; a number that is null means "none").
+
+    Example:
+        >>> import numpy as np
+        >>> to_json({"ids": np.array([3, 4]), "lp": np.float32(-0.5), 7: (np.int64(1),)})
+        {'ids': [3, 4], 'lp': -0.5, '7': [1]}
+        >>> to_json(float("-inf")) is None
+        True
+    """
+    if isinstance(value, (str, bool, int)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(key): to_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(item) for item in value]
+    if hasattr(value, "tolist"):  # numpy scalar or array, torch tensor: Python values
+        return to_json(value.tolist())
+    raise TypeError(f"cannot write a {type(value).__name__} as JSON")
+
+
+def print_json(value: Any, stream: TextIO | None = None) -> None:
+    """Write ``to_json(value)`` as one line of strict JSON (no NaN, ASCII only)."""
+    out = sys.stdout if stream is None else stream
+    out.write(json.dumps(to_json(value), allow_nan=False) + "\n")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -1,9 +1,20 @@
 """Complete a byte prefix with a local model (only the text after the prefix is printed).
 
-The prefix is PREFIX (UTF-8), the raw bytes of --prefix-file F, or stdin when
-PREFIX is '-'. --json prints one object (a public contract, kept stable):
+The prefix is the PREFIX argument, the raw bytes of --prefix-file F, or standard
+input when PREFIX is '-'. It is UTF-8 text that may stop inside a character (an
+argument's bytes are taken as the shell passes them).
 
-  {"completion": str, "leaf_logprob": float or null, "tokens": int, "seconds": float}
+--json prints one object per prefix on one line (a public contract, kept stable):
+
+  {"completion": str, "completion_hex": str, "leaf_logprob": float or null,
+   "tokens": int, "seconds": float}
+
+"completion" is the text after the prefix; "completion_hex" its exact bytes in
+hexadecimal, which may start with the rest of a character the prefix ends inside
+("completion" leaves out such pieces of characters, at either end). "leaf_logprob"
+is the natural log of the sampled leaf's probability given the prefix (<= 0; null
+for the baselines, byte mode and PBP mode's lazy solve). "tokens" counts the
+generated tokens (the leaf is one), "seconds" the time the completion took.
 
 --method bytesampler (default) conditions exactly on the bytes; healing1/2/4
 (token healing) and naive are the baselines. --mode pbp samples one leaf of the
@@ -18,17 +29,27 @@ next-byte probabilities; product: weighted sum of log-probabilities,
 renormalized). --proxy-tune BASE EXPERT ANTI_EXPERT is the product with weights
 1 1 -1. Transforms then apply to the combined next-byte distribution. Put the
 prefix before these options, or after '--' (they take several values).
+
+Several prefixes (PREFIX ... and --prefix-file F ..., in that order) need --json
+and print one object per line (JSON Lines), in order. The model loads once and
+keeps its cache from one prefix to the next; each completion is the one a run of
+its own gives (with --seed, each prefix's draws start from that seed).
+Errors print one line on stderr and exit with status 2.
+
+Examples:
+  midword complete '    self.assertEq'
+  midword complete --json --solve tree --max-tokens 8 'def pri' 'x = 12'
+  midword complete --temperature 0.8 --top-p 0.95 --seed 1 'import nump'
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from midword.cli import CommandError
-from midword.cmd_tree import read_prefix
+from midword.cli import CommandError, print_json
+from midword.cmd_tree import add_prefix_arguments, read_prefixes
 from midword.modelargs import add_model_arguments, default_model_arg, load_model_and_engine
 
 COMBINES = ("mix", "product")  # engine/ensemble.py COMBINES (not imported: --help stays light)
@@ -38,10 +59,7 @@ PROXY_WEIGHTS = (1.0, 1.0, -1.0)  # base + expert - anti-expert
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from midword.engine.generate import METHODS, MODES, SOLVES
 
-    parser.add_argument(
-        "prefix", nargs="?", help="prefix text, or '-' to read raw bytes from stdin"
-    )
-    parser.add_argument("--prefix-file", help="read the prefix as raw bytes from this file")
+    add_prefix_arguments(parser)
     add_model_arguments(parser)
     parser.add_argument("--method", choices=METHODS, default="bytesampler")
     parser.add_argument("--mode", choices=MODES, help="pbp (default) or bytes (ensembles)")
@@ -64,7 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, help="random seed (reproducible sampling)")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object per prefix (see above)"
+    )
     add_ensemble_arguments(parser)
 
 
@@ -94,18 +114,19 @@ def run(args: argparse.Namespace) -> int:
     from midword.engine import PrefixError
     from midword.engine.backend import BackendError
 
-    prefix = read_prefix(args)
+    prefixes = read_prefixes(args)
     spec = ensemble_spec(args)
     settings = make_settings(args, ensemble=spec is not None)
     completer = load_ensemble(args, *spec) if spec is not None else load_single(args)
-    try:
-        result = completer.complete(prefix, settings)
-    except (PrefixError, BackendError) as exc:
-        raise CommandError(str(exc)) from exc
-    if args.json:
-        print(json.dumps(result.to_json()))
-    else:
-        sys.stdout.write(result.text + "\n")
+    for prefix in prefixes:
+        try:
+            result = completer.complete(prefix, settings)
+        except (PrefixError, BackendError) as exc:
+            raise CommandError(str(exc)) from exc
+        if args.json:
+            print_json({**result.to_json(), "completion_hex": result.data.hex()})
+        else:
+            sys.stdout.write(result.text + "\n")
     return 0
 
 

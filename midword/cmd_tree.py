@@ -1,44 +1,110 @@
-"""Print the Valid Covering Tree of a byte prefix (trunk, internal nodes, leaves).
+"""Print the Valid Covering Tree of a byte prefix: every token sequence the tokenizer
+could produce for a text that starts with the prefix, as one shared trunk and a small
+tree of alternatives at the end (internal nodes, and the leaves below them).
 
-The prefix is the PREFIX argument (UTF-8), the raw bytes of --prefix-file F,
-or standard input when PREFIX is '-'. --json prints one object:
-{"trunk": [ids], "nodes": [{"path": [ids], "ends_at_prefix_end": bool,
-"leaves": [ids]}], "internal_count": n, "leaf_count": n}.
+The prefix is the PREFIX argument, the raw bytes of --prefix-file F, or standard
+input when PREFIX is '-'. It is UTF-8 text that may stop inside a character (an
+argument's bytes are taken as the shell passes them).
+
+--json prints one object per prefix on one line (a public contract, kept stable):
+
+  {"trunk": [id, ...],
+   "nodes": [{"path": [id, ...], "ends_at_prefix_end": bool, "leaves": [id, ...]}, ...],
+   "internal_count": int, "leaf_count": int}
+
+Every id is a token id of the tokenizer (an int, 0 <= id < vocabulary size).
+"trunk" holds the tokens every covering of the prefix starts with. Each entry of
+"nodes" is an internal node of the branching tail: "path" is its token ids below
+the trunk; the bytes of trunk + path stop short of the prefix's end, or end
+exactly there when "ends_at_prefix_end" is true (then "leaves" holds every valid
+next token). "leaves" are the child tokens that complete a covering from the
+node: the bytes of trunk + path + [leaf] start with the whole prefix.
+"internal_count" is len(nodes) and "leaf_count" the number of leaves in all.
+
+Several prefixes (PREFIX ... and --prefix-file F ..., in that order) need --json
+and print one object per line (JSON Lines), in order; the tokenizer loads once.
+Errors print one line on stderr and exit with status 2.
+
+Examples:
+  midword tree --tokenizer models/default 'self.assertEq'
+  printf 'x = \\xe6\\x97' | midword tree --tokenizer models/default --json -
+  midword tree --tokenizer models/default --json 'import nump' 'x = 12345'
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from midword.cli import CommandError
+from midword.cli import CommandError, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_prefix_arguments(parser)
     parser.add_argument(
-        "prefix", nargs="?", help="prefix text, or '-' to read raw bytes from stdin"
+        "--tokenizer",
+        required=True,
+        metavar="PATH",
+        help="tokenizer.json, or a model directory holding one",
     )
-    parser.add_argument("--tokenizer", required=True, help="tokenizer.json or a model directory")
-    parser.add_argument("--prefix-file", help="read the prefix as raw bytes from this file")
-    parser.add_argument("--json", action="store_true", help="print the tree as one JSON object")
-    parser.add_argument("--max-leaves", type=int, default=8, help="leaves shown per node (text)")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object per prefix (see above)"
+    )
+    parser.add_argument(
+        "--max-leaves",
+        type=int,
+        default=8,
+        metavar="N",
+        help="leaves shown per node in text output (default 8)",
+    )
 
 
-def read_prefix(args: argparse.Namespace) -> bytes:
-    """The prefix bytes from the argument, --prefix-file, or stdin ('-')."""
-    if args.prefix_file:
+def add_prefix_arguments(parser: argparse.ArgumentParser) -> None:
+    """PREFIX ... and --prefix-file F (repeatable): shared by tree, next-bytes, complete."""
+    parser.add_argument(
+        "prefix",
+        nargs="*",
+        metavar="PREFIX",
+        help="prefix text, or '-' to read raw bytes from stdin (several need --json)",
+    )
+    parser.add_argument(
+        "--prefix-file",
+        action="append",
+        default=[],
+        metavar="F",
+        help="read a prefix as raw bytes from this file (repeatable)",
+    )
+
+
+def read_prefixes(args: argparse.Namespace) -> list[bytes]:
+    """The prefixes: each PREFIX (stdin's raw bytes for '-'), then each --prefix-file.
+
+    An argument's bytes are the ones typed: a shell passes bytes that are not UTF-8
+    to Python as escaped surrogates, which encode back to those bytes.
+    """
+    prefixes = [_argument_bytes(text) for text in args.prefix]
+    if args.prefix.count("-") > 1:
+        raise CommandError("'-' (standard input) can be given once")
+    prefixes = [sys.stdin.buffer.read() if p is None else p for p in prefixes]
+    for path in args.prefix_file:
         try:
-            with open(args.prefix_file, "rb") as fh:
-                return fh.read()
+            with open(path, "rb") as fh:
+                prefixes.append(fh.read())
         except OSError as exc:
-            raise CommandError(f"cannot read {args.prefix_file}: {exc.strerror}") from exc
-    if args.prefix is None:
-        raise CommandError("give a PREFIX, '-' for stdin, or --prefix-file")
-    if args.prefix == "-":
-        return sys.stdin.buffer.read()
+            raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
+    if not prefixes:
+        raise CommandError("give a PREFIX, '-' for stdin, or --prefix-file F")
+    if len(prefixes) > 1 and not args.json:
+        raise CommandError("several prefixes need --json (one object per line)")
+    return prefixes
+
+
+def _argument_bytes(text: str) -> bytes | None:
+    """The bytes of one PREFIX argument; None for '-' (read stdin)."""
+    if text == "-":
+        return None
     try:
-        return args.prefix.encode("utf-8")
+        return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as exc:
         raise CommandError(
             "the prefix contains a lone surrogate; pass raw bytes with --prefix-file"
@@ -49,24 +115,31 @@ def run(args: argparse.Namespace) -> int:
     from midword.engine import PrefixError, build_tree, load_engine
     from midword.engine.tokenizer import TokenizerError
 
-    prefix = read_prefix(args)
+    prefixes = read_prefixes(args)
     try:
         engine = load_engine(args.tokenizer)
-        tree = build_tree(engine, prefix)
-    except (TokenizerError, PrefixError) as exc:
-        raise CommandError(str(exc)) from exc
-    if args.json:
-        json.dump(tree.to_json(), sys.stdout)
-        sys.stdout.write("\n")
-        return 0
-    tok = engine.tok
-    show = lambda ids: " ".join(repr(tok.decode([i]))[1:] for i in ids)  # noqa: E731
+    except (TokenizerError, OSError) as exc:
+        raise CommandError(f"cannot load the tokenizer: {exc}") from exc
+    for prefix in prefixes:
+        try:
+            tree = build_tree(engine, prefix)
+        except PrefixError as exc:
+            raise CommandError(str(exc)) from exc
+        if args.json:
+            print_json(tree.to_json())
+        else:
+            _print_tree(engine.tok, tree, args.max_leaves)
+    return 0
+
+
+def _print_tree(tok, tree, max_leaves: int) -> None:  # noqa: ANN001 (engine types: lazy import)
+    def show(ids) -> str:  # noqa: ANN001
+        return " ".join(repr(tok.decode([int(i)]))[1:] for i in ids)
+
     print(f"trunk ({len(tree.trunk)} tokens): {show(tree.trunk[-12:])}")
     for node in tree.nodes:
         mark = "  [ends at prefix end]" if node.ends_at_prefix_end else ""
+        more = " ..." if len(node.leaves) > max_leaves else ""
         print(f"  node [{show(node.path)}]{mark}: {len(node.leaves)} leaves")
-        print(
-            f"      {show(node.leaves[: args.max_leaves].tolist())}{' ...' if len(node.leaves) > args.max_leaves else ''}"
-        )
+        print(f"      {show(node.leaves[:max_leaves])}{more}")
     print(f"internal nodes: {tree.internal_count}  leaves: {tree.leaf_count}")
-    return 0

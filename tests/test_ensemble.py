@@ -340,7 +340,7 @@ def test_cli_ensemble_end_to_end(model_dirs) -> None:
     )
     assert done.returncode == 0, done.stderr.decode()
     out = json.loads(done.stdout)
-    assert set(out) == {"completion", "leaf_logprob", "tokens", "seconds"}
+    assert set(out) == {"completion", "completion_hex", "leaf_logprob", "tokens", "seconds"}
     want = _greedy(dirs, (0.5, 0.5), "mix")
     assert out["completion"] == want.text and out["tokens"] == want.tokens
     assert out["leaf_logprob"] is None

@@ -123,7 +123,7 @@ def test_cli_json_contracts_on_the_shipped_model() -> None:
         )
         assert done.returncode == 0, done.stderr.decode()
         out = json.loads(done.stdout)
-        assert set(out) == {"completion", "leaf_logprob", "tokens", "seconds"}
+        assert set(out) == {"completion", "completion_hex", "leaf_logprob", "tokens", "seconds"}
         assert isinstance(out["completion"], str) and 1 <= out["tokens"] <= 4
         assert (out["leaf_logprob"] is None) == (solve == "lazy")
     done = _run("next-bytes", "--json", "--dtype", "float64", "import o")
