@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -259,15 +260,19 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def watch(client: LanguageClient, pid: int, tally: Tally, started: float) -> None:
-    """Once a second: the server's RSS and the latency of a cheap request."""
-    while True:
+async def watch(
+    client: LanguageClient, pid: int, tally: Tally, started: float, stop: asyncio.Event
+) -> None:
+    """Once a second until ``stop``: the server's RSS and the latency of a cheap request
+    (not cancelled mid-request: pygls would then fail to hand over its answer)."""
+    while not stop.is_set():
         tally.rss.append((time.perf_counter() - started, rss_mb(pid)))
         sent = time.perf_counter()
         stats = await client.protocol.send_request_async("midword/stats", {})
         tally.cheap.append(time.perf_counter() - sent)
         tally.text_mb.append(_field(stats, "documentBytes") / (1 << 20))
-        await asyncio.sleep(1.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1.0)
 
 
 # ---------------------------------------------------------------------------- the session
@@ -489,9 +494,11 @@ async def main() -> None:
     )
     tally = Tally()
     started = time.perf_counter()
-    watcher = asyncio.create_task(watch(client, server.pid, tally, started))
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch(client, server.pid, tally, started, stop))
     elapsed = await run(session, plan, tally)
-    watcher.cancel()
+    stop.set()
+    await watcher
     stats = await client.protocol.send_request_async("midword/stats", {})
     held = sum(utf8_len(b.doc.text()) for b in session.buffers)
     served = _field(stats, "documentBytes")
