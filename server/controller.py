@@ -318,9 +318,11 @@ class _Job:
     waiters: int = 0
 
     def usable(self) -> bool:
-        """Still running, or answered (not cancelled, superseded or failed)."""
+        """Still running for someone, or answered (not cancelled, superseded or failed)."""
+        if self.cancelled.is_set() or self.answer.cancelled():
+            return False
         if not self.future.done():
-            return not self.cancelled.is_set()
+            return True
         return not self.future.cancelled() and self.future.exception() is None
 
     def leave(self) -> None:
@@ -328,6 +330,7 @@ class _Job:
         if self.waiters == 0:
             self.cancelled.set()
             self.future.cancel()
+            self.answer.cancel()  # else the running job's end is kept here, unread
 
 
 @dataclass

@@ -24,10 +24,12 @@ the latency:
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -37,6 +39,7 @@ from typing import Any
 __all__ = ["Scheduler", "Superseded"]
 
 log = logging.getLogger("midword.server")
+EXIT_WAIT_S = 5.0  # at interpreter exit, how long a running job gets to stop
 
 
 class Superseded(Exception):
@@ -81,6 +84,7 @@ class Scheduler:
         self._wake_at = -math.inf
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        _RUNNING.add(self)
 
     # ------------------------------------------------------------------ posting work
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
@@ -139,6 +143,16 @@ class Scheduler:
         with self._cond:
             return list(self._background)
 
+    @property
+    def closed(self) -> bool:
+        """Shut down: a running job should stop at its next check."""
+        return self._closed
+
+    def join(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) for the job running now to end (after `shutdown`)."""
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
     def shutdown(self) -> None:
         """Stop after the job running now; waiting jobs are cancelled."""
         with self._cond:
@@ -193,3 +207,17 @@ class Scheduler:
         if due:
             return self._background.pop(due[-1])
         return min(job.due for job in self._background.values()) - now
+
+
+_RUNNING: weakref.WeakSet[Scheduler] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """The worker is a daemon thread (a hung model call must not keep the process alive),
+    and a daemon thread still inside Python when the interpreter finalizes can abort it
+    (a client that dies mid-request ends the server that way). So at exit every worker is
+    shut down, and its running job, which checks `closed`, gets a moment to stop."""
+    for scheduler in list(_RUNNING):
+        scheduler.shutdown()
+        scheduler.join(EXIT_WAIT_S)

@@ -232,7 +232,8 @@ class ModelHost:
             return  # not live any more, or a request for it moves the VCT itself
 
         def stale() -> bool:  # other work waits, a newer edit was posted or is coming
-            return self._worker.busy() or self._worker.has_background(uri) or self.backlog()
+            worker = self._worker
+            return worker.busy() or worker.has_background(uri) or self.backlog() or worker.closed
 
         if not force and stale():
             return
@@ -299,8 +300,9 @@ class ModelHost:
         if not self.ready:
             return Answer(reason=self.status.message)
 
-        def stop() -> bool:  # cancelled, the document changed, or a newer request waits
-            return not req.is_current() or self._worker.has_request(req.uri)
+        def stop() -> bool:  # cancelled, the document changed, a newer request waits, exit
+            worker = self._worker
+            return not req.is_current() or worker.has_request(req.uri) or worker.closed
 
         if stop():
             raise Interrupted("superseded before it started")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -112,6 +114,25 @@ def test_shutdown_cancels_waiting_work() -> None:
     assert waiting.cancelled()
     with pytest.raises(RuntimeError):
         scheduler.submit(time.sleep, 0)
+
+
+def test_a_running_job_is_stopped_at_interpreter_exit(tmp_path: Path) -> None:
+    """The worker is a daemon thread; at exit it is shut down and its job, which checks
+    `closed`, ends before the interpreter finalizes (else it could abort the process)."""
+    code = (
+        "import sys, time\n"
+        "from midword.server.scheduler import Scheduler\n"
+        "scheduler = Scheduler()\n"
+        "def job():\n"
+        "    while not scheduler.closed:\n"
+        "        time.sleep(0.01)\n"
+        "    open(sys.argv[1], 'w').write('stopped')\n"
+        "scheduler.submit(job)\n"
+        "time.sleep(0.2)\n"
+    )
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-c", code, str(out)], timeout=60, check=True)
+    assert out.read_text() == "stopped"
 
 
 # ---------------------------------------------------------------------------- the model host
@@ -290,6 +311,11 @@ class _StubHost:
         pass
 
 
+def _placed(items: list[InlineItem]) -> list[tuple[str, int, int]]:
+    """Text and position of inline items (what this file checks of them)."""
+    return [(item.text, item.line, item.character) for item in items]
+
+
 def _controller() -> tuple[Controller, _StubHost]:
     controller = Controller()
     controller.host.shutdown()
@@ -339,7 +365,7 @@ def test_an_answer_for_an_unchanged_document_is_placed_in_its_version() -> None:
             controller, stub, controller.inline("file:///a.py", 2, 18, False), edit_elsewhere
         )
     )
-    assert got == [InlineItem("me", 2, 18)]  # UTF-16: é is one unit, 😀 two
+    assert _placed(got) == [("me", 2, 18)]  # UTF-16: é is one unit, 😀 two
     controller, stub = _controller()
     got = asyncio.run(
         _answer_after(
@@ -383,10 +409,10 @@ def test_the_same_question_again_joins_the_request_on_the_worker() -> None:
         assert not stub.futures[0].cancelled() and stub.requests[0].is_current()
         stub.futures[0].set_result(Answer(texts=["me"]))
         stub.futures[1].set_result(Answer(texts=["ame"]))
-        assert await second == [InlineItem("me", 2, 18)]
-        assert await other == [InlineItem("ame", 2, 17)]
+        assert _placed(await second) == [("me", 2, 18)]
+        assert _placed(await other) == [("ame", 2, 17)]
         again = await controller.inline(uri, 2, 17, False)  # the latest, answered: kept
-        assert again == [InlineItem("ame", 2, 17)] and len(stub.requests) == 2
+        assert _placed(again) == [("ame", 2, 17)] and len(stub.requests) == 2
         lone = asyncio.ensure_future(controller.inline(uri, 0, 0, False))
         await asyncio.sleep(0)
         lone.cancel()
@@ -415,7 +441,7 @@ def test_a_request_waits_for_edits_already_received_and_is_dropped_by_them() -> 
         await asyncio.sleep(0)
         assert len(stub.requests) == 1  # nothing changed it: it went to the worker
         stub.futures[0].set_result(Answer(texts=["e"]))
-        assert await task == [InlineItem("e", 2, 19)]
+        assert _placed(await task) == [("e", 2, 19)]
 
     asyncio.run(current())
 
