@@ -61,8 +61,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_prefix_arguments(parser)
     add_model_arguments(parser)
-    parser.add_argument("--method", choices=METHODS, default="bytesampler")
-    parser.add_argument("--mode", choices=MODES, help="pbp (default) or bytes (ensembles)")
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="bytesampler",
+        help="bytesampler (default, exact) or a baseline: healing1/2/4 (token healing), naive",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        help="pbp (default: one covering-tree leaf, then ordinary tokens) or bytes (byte by "
+        "byte, as ensembles do)",
+    )
     parser.add_argument(
         "--solve",
         choices=SOLVES,
@@ -70,18 +80,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="PBP leaf search: lazy (default, fewest model tokens) or tree (whole tree, "
         "reports leaf_logprob)",
     )
-    parser.add_argument("--max-tokens", type=int, default=48, help="token budget (default 48)")
-    parser.add_argument("--max-bytes", type=int, default=0, help="byte budget in byte mode")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 means greedy")
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument(
+        "--max-tokens", type=int, default=48, metavar="N", help="token budget (default 48)"
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="byte budget in byte mode (default 0: 4 bytes per allowed token)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        metavar="T",
+        help="sampling temperature (default 0: greedy)",
+    )
+    parser.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="keep the likeliest choices that hold this much probability (default 1: all)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=0,
+        metavar="K",
+        help="keep the K likeliest choices (default 0: all)",
+    )
     parser.add_argument(
         "--level",
         choices=("token", "byte"),
         help="where transforms apply in byte mode (default token: on leaf log-probs)",
     )
-    parser.add_argument("--seed", type=int, help="random seed (reproducible sampling)")
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    parser.add_argument("--seed", type=int, metavar="N", help="random seed (reproducible sampling)")
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="stop before this text (repeatable)",
+    )
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object per prefix (see above)"
     )
