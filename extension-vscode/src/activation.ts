@@ -6,6 +6,7 @@
 import * as fs from 'node:fs';
 import type * as vscode from 'vscode';
 
+import { ACCEPTED_COMMAND, CompletionEvents, nextLinePart } from './completionEvents';
 import { ServerController, type ClientFactory, type SettingsSnapshot } from './controller';
 import { checkImports, DEFAULT_CHECK_TIMEOUT_MS } from './importCheck';
 import { resolveInterpreter } from './interpreter';
@@ -26,7 +27,13 @@ export const COMMANDS = {
   toggle: 'midword.toggle',
   showLog: 'midword.showLog',
   selectModelFolder: 'midword.selectModelFolder',
+  acceptNextLine: 'midword.acceptNextLine',
+  /** Run by VS Code when a midword inline item is accepted (the server puts it on each item). */
+  completionAccepted: ACCEPTED_COMMAND,
 } as const;
+
+/** VS Code's own command that inserts the next line of the inline suggestion on screen. */
+export const BUILTIN_ACCEPT_NEXT_LINE = 'editor.action.inlineSuggest.acceptNextLine';
 
 export interface ActivationOptions {
   createClient: (output: vscode.LogOutputChannel) => ClientFactory;
@@ -36,6 +43,7 @@ export interface ActivationOptions {
 
 export interface ActivatedExtension {
   controller: ServerController;
+  completionEvents: CompletionEvents;
   status: StatusModel;
   statusItem: vscode.StatusBarItem;
   output: vscode.LogOutputChannel;
@@ -155,6 +163,23 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
     });
   };
 
+  const completionEvents = new CompletionEvents((method, params) => controller.notifyServer(method, params));
+
+  /** VS Code inserts the next line of the suggestion; when it is midword's, the server hears of it. */
+  const acceptNextLine = async (): Promise<void> => {
+    const editor = api.window.activeTextEditor;
+    const cursor = editor?.selection.active;
+    const pending =
+      editor !== undefined && cursor !== undefined
+        ? completionEvents.pendingAt(editor.document.uri.toString(), cursor.line, cursor.character)
+        : undefined;
+    await api.commands.executeCommand(BUILTIN_ACCEPT_NEXT_LINE);
+    if (pending !== undefined) {
+      const part = nextLinePart(pending.text.slice(pending.consumed));
+      completionEvents.partiallyAccepted(pending, pending.consumed + part.length);
+    }
+  };
+
   const controller = new ServerController({
     resolveInterpreter: async () => {
       const result = await resolveInterpreter({
@@ -179,6 +204,7 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
       error: (message) => output.error(message),
     },
     reportProblem,
+    completionEvents,
     debounceMs: options.debounceMs,
   });
 
@@ -224,6 +250,8 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
     api.commands.registerCommand(COMMANDS.toggle, toggle),
     api.commands.registerCommand(COMMANDS.showLog, () => output.show(true)),
     api.commands.registerCommand(COMMANDS.selectModelFolder, selectModelFolder),
+    api.commands.registerCommand(COMMANDS.acceptNextLine, acceptNextLine),
+    api.commands.registerCommand(COMMANDS.completionAccepted, (tags: unknown) => completionEvents.accepted(tags)),
     api.workspace.onDidChangeConfiguration((event) => {
       if (event.affectsConfiguration(SECTION)) {
         controller.onConfigurationChanged((section) => event.affectsConfiguration(section));
@@ -237,6 +265,7 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
 
   return {
     controller,
+    completionEvents,
     status,
     statusItem,
     output,

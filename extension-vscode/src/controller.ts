@@ -4,6 +4,7 @@
  * overlapping) and after crashes. No `vscode` import: the VS Code and
  * vscode-languageclient specifics come in through `ControllerDeps`.
  */
+import type { CompletionEvents } from './completionEvents';
 import { classifyConfigurationChange } from './configChange';
 import type { ImportCheckResult } from './importCheck';
 import { describeSource, type InterpreterResolution, type ResolvedInterpreter } from './interpreter';
@@ -20,6 +21,8 @@ export interface ServerClient {
   stop(): Promise<void>;
   /** `workspace/didChangeConfiguration` with `{ settings: options }`. */
   sendConfiguration(options: ServerOptions): Promise<void>;
+  /** A custom notification (the acceptance log's events). */
+  sendNotification(method: string, params: Record<string, unknown>): Promise<void>;
   readonly isRunning: boolean;
 }
 
@@ -34,6 +37,8 @@ export interface ClientHooks {
   onCompletionLatency(ms: number): void;
   /** The server went away after it was running, without being asked to stop. */
   onUnexpectedExit(detail: string): void;
+  /** Inline items shown and accepted, reported to the server's acceptance log. */
+  completionEvents?: CompletionEvents;
 }
 
 export interface LaunchSpec {
@@ -71,6 +76,7 @@ export interface ControllerDeps {
   log: Logger;
   /** Shows an error notification with the problem's actions. */
   reportProblem(problem: StartProblem): void;
+  completionEvents?: CompletionEvents;
   debounceMs?: number;
   timers?: Timers;
   /** Crashes tolerated within `crashWindowMs` before giving up (default 3 in 3 minutes). */
@@ -131,6 +137,16 @@ export class ServerController {
   /** Resolves when no start or restart is running or scheduled. */
   whenIdle(): Promise<void> {
     return this.scheduler.whenIdle();
+  }
+
+  /** A notification to the running server; dropped when none runs (events are best effort). */
+  notifyServer(method: string, params: Record<string, unknown>): void {
+    const client = this.client;
+    if (client?.isRunning === true) {
+      client.sendNotification(method, params).catch((error: unknown) => {
+        this.deps.log.warn(`Could not send ${method}: ${String(error)}`);
+      });
+    }
   }
 
   /** A `workspace.onDidChangeConfiguration` event, as `affectsConfiguration`. */
@@ -199,6 +215,7 @@ export class ServerController {
   private hooks(client: () => ServerClient | undefined): ClientHooks {
     return {
       isEnabled: () => this.enabled,
+      completionEvents: this.deps.completionEvents,
       currentOptions: () => this.deps.readSettings().options,
       onServerStatus: (status) => {
         this.deps.status.onServerStatus(status);

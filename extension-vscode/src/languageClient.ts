@@ -6,11 +6,14 @@
  * InlineCompletionItemFeature; the middleware here only switches them off
  * (midword.enable) and times them.
  */
-import type * as vscode from 'vscode';
+import * as readline from 'node:readline';
+import type { Readable } from 'node:stream';
+import * as vscode from 'vscode';
 import {
   CloseAction,
   DidChangeConfigurationNotification,
   ErrorAction,
+  InlineCompletionRequest,
   LanguageClient,
   State,
   WorkDoneProgress,
@@ -18,13 +21,16 @@ import {
   type ClientCapabilities,
   type Disposable,
   type FeatureState,
+  type InlineCompletionRegistrationOptions,
   type LanguageClientOptions,
   type ServerOptions as LaunchOptions,
   type StaticFeature,
 } from 'vscode-languageclient/node';
 
+import { EXPERIMENTAL_CAPABILITY, type CompletionEvents } from './completionEvents';
 import type { ClientHooks, LaunchSpec, ServerClient } from './controller';
 import { SECTION, type ServerOptions } from './options';
+import { StderrRouter } from './serverLog';
 import { parseProgressValue, parseServerStatus, STATUS_NOTIFICATION } from './statusModel';
 
 export const CLIENT_ID = 'midword';
@@ -51,6 +57,9 @@ class ProgressToStatusFeature implements StaticFeature {
 
   fillClientCapabilities(capabilities: ClientCapabilities): void {
     capabilities.window = { ...capabilities.window, workDoneProgress: true };
+    // asks the server to tag inline items for the acceptance log (src/completionEvents.ts)
+    const experimental = (capabilities.experimental ?? {}) as Record<string, unknown>;
+    capabilities.experimental = { ...experimental, ...EXPERIMENTAL_CAPABILITY };
   }
 
   initialize(): void {
@@ -83,6 +92,45 @@ class ProgressToStatusFeature implements StaticFeature {
   }
 }
 
+type InlineProviderRegistration = (options: InlineCompletionRegistrationOptions) => [Disposable, vscode.InlineCompletionItemProvider];
+
+/**
+ * vscode-languageclient's inline completion provider, registered with VS
+ * Code's item events as well (`handleDidShowCompletionItem`,
+ * `handleDidPartiallyAcceptCompletionItem`) for the acceptance log. VS Code
+ * calls them where its API offers them (a proposed API in VS Code 1.91).
+ * The feature class is not exported, so its registration method is wrapped
+ * on the instance.
+ */
+function addItemEvents(
+  feature: object,
+  events: () => CompletionEvents | undefined,
+  asSelector: (selector: InlineCompletionRegistrationOptions['documentSelector']) => vscode.DocumentSelector,
+): void {
+  const target = feature as { registerLanguageProvider: InlineProviderRegistration };
+  const original = target.registerLanguageProvider.bind(feature);
+  target.registerLanguageProvider = (options) => {
+    const [registration, provider] = original(options);
+    registration.dispose(); // registered again below, with the event handlers
+    const withEvents = {
+      provideInlineCompletionItems: provider.provideInlineCompletionItems.bind(provider),
+      handleDidShowCompletionItem: (item: unknown): void => events()?.shown(item),
+      handleDidPartiallyAcceptCompletionItem: (item: unknown, info: unknown): void => {
+        const length = typeof info === 'number' ? info : (info as { acceptedLength?: unknown } | undefined)?.acceptedLength;
+        if (typeof length === 'number') {
+          events()?.partiallyAcceptedItem(item, length);
+        }
+      },
+    };
+    return [vscode.languages.registerInlineCompletionItemProvider(asSelector(options.documentSelector), withEvents), withEvents];
+  };
+}
+
+function isInlineCompletionFeature(feature: object): boolean {
+  const registrationType = (feature as { registrationType?: { method?: unknown } }).registrationType;
+  return registrationType?.method === InlineCompletionRequest.method;
+}
+
 /**
  * vscode-languageclient forces an error notification when start() fails
  * ("couldn't create connection to server"); the extension reports that
@@ -90,20 +138,55 @@ class ProgressToStatusFeature implements StaticFeature {
  * messages still go to the log.
  */
 class MidwordLanguageClient extends LanguageClient {
+  completionEvents: CompletionEvents | undefined;
+
   override error(message: string, data?: unknown, showNotification: boolean | 'force' = true): void {
     super.error(message, data, showNotification === 'force' ? false : showNotification);
   }
+
+  /** Runs inside LanguageClient's constructor too, for the built-in features. */
+  override registerFeature(feature: Parameters<LanguageClient['registerFeature']>[0]): void {
+    if (isInlineCompletionFeature(feature)) {
+      addItemEvents(
+        feature,
+        () => this.completionEvents,
+        (selector) => this.protocol2CodeConverter.asDocumentSelector(selector ?? DOCUMENT_SELECTOR),
+      );
+    }
+    super.registerFeature(feature);
+  }
+}
+
+/** Server stderr into the output channel at each line's level, without the lines logMessage repeats. */
+function stderrToChannel(router: StderrRouter): (input: Readable, channel: vscode.LogOutputChannel) => void {
+  return (input, channel) => {
+    readline.createInterface({ input, crlfDelay: Infinity, terminal: false, historySize: 0 }).on('line', (line: string) => {
+      const routed = router.route(line);
+      if (routed !== undefined) {
+        channel[routed.level](routed.text);
+      }
+    });
+  };
 }
 
 export interface LanguageClientDeps {
   outputChannel: vscode.LogOutputChannel;
+  /** Routes the server's stderr lines (one per client; tests pass their own). */
+  stderrRouter?: StderrRouter;
 }
 
 /** Builds the client options; exported for tests of the middleware. */
 export function clientOptions(hooks: ClientHooks, deps: LanguageClientDeps, onClosed: () => void): LanguageClientOptions {
+  const router = deps.stderrRouter ?? new StderrRouter();
   return {
     documentSelector: DOCUMENT_SELECTOR,
     outputChannel: deps.outputChannel,
+    stdioOptions: {
+      stdout: (input, channel) => {
+        readline.createInterface({ input, crlfDelay: Infinity, terminal: false, historySize: 0 }).on('line', (line: string) => channel.info(line));
+      },
+      stderr: stderrToChannel(router),
+    },
     initializationOptions: (): ServerOptions => hooks.currentOptions(),
     // The extension reports start failures itself (with actions), not as a bare notification.
     initializationFailedHandler: () => false,
@@ -126,6 +209,8 @@ export function clientOptions(hooks: ClientHooks, deps: LanguageClientDeps, onCl
         const result = await next(document, position, context, token);
         if (!token.isCancellationRequested) {
           hooks.onCompletionLatency(performance.now() - started);
+          const items = Array.isArray(result) ? result : (result?.items ?? []);
+          hooks.completionEvents?.offered(document.uri.toString(), position.line, position.character, items);
         }
         return result;
       },
@@ -161,7 +246,10 @@ export function createLanguageClient(launch: LaunchSpec, hooks: ClientHooks, dep
       hooks.onUnexpectedExit('the server process exited; see the log');
     }
   };
-  const client = new MidwordLanguageClient(CLIENT_ID, CLIENT_NAME, serverOptions, clientOptions(hooks, deps, onClosed));
+  const router = deps.stderrRouter ?? new StderrRouter();
+  const options = clientOptions(hooks, { ...deps, stderrRouter: router }, onClosed);
+  const client = new MidwordLanguageClient(CLIENT_ID, CLIENT_NAME, serverOptions, options);
+  client.completionEvents = hooks.completionEvents;
   client.registerFeature(new ProgressToStatusFeature(client, (token, value) => {
       hooks.onProgress(token, value);
     }));
@@ -177,6 +265,8 @@ export function createLanguageClient(launch: LaunchSpec, hooks: ClientHooks, dep
     if (newState === State.Running) {
       reachedRunning = true;
     }
+    // From initialize on, the server sends its own records as window/logMessage as well.
+    router.clientReceivesLogs = newState === State.Running;
   });
   return {
     start: () => client.start(),
@@ -195,8 +285,9 @@ export function createLanguageClient(launch: LaunchSpec, hooks: ClientHooks, dep
         }
       }
     },
-    sendConfiguration: (options) =>
-      client.sendNotification(DidChangeConfigurationNotification.type, { settings: options }),
+    sendConfiguration: (settings) =>
+      client.sendNotification(DidChangeConfigurationNotification.type, { settings }),
+    sendNotification: (method, params) => client.sendNotification(method, params),
     get isRunning(): boolean {
       return client.state === State.Running;
     },

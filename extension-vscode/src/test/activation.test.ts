@@ -251,3 +251,73 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
     assert.equal(s.lastClient().stopped, 1);
   });
 });
+
+describe('Accept Next Line and the acceptance events', { skip: !posix && 'fake interpreters are shell scripts' }, () => {
+  const uri = 'file:///ws/total.py';
+  const tagged = (id: string, insertText: string): unknown => ({
+    insertText,
+    command: { command: 'midword.completionAccepted', arguments: [{ id, method: 'bytesampler', context: 'boundary' }] },
+  });
+
+  async function started(): Promise<Setup> {
+    const dir = tempDir('midword-accept-');
+    const python = verdictInterpreter(dir, 'ok-python', { status: 'ok', python: '3.12.3', midword: '0.1.0', torch: '2.13.0' });
+    const s = setup((vscode) => vscode.user.set('midword.python.path', python));
+    await settle(s);
+    return s;
+  }
+
+  it('is contributed with a default keybinding while an inline suggestion is visible', () => {
+    const manifest = readPackageJson() as {
+      contributes: { commands: { command: string }[]; keybindings: { command: string; key: string; when: string }[] };
+    };
+    assert.ok(manifest.contributes.commands.some((c) => c.command === COMMANDS.acceptNextLine));
+    const binding = manifest.contributes.keybindings.find((k) => k.command === COMMANDS.acceptNextLine);
+    assert.equal(binding?.key, 'shift+tab');
+    assert.match(binding.when, /inlineSuggestionVisible/);
+    assert.match(binding.when, /!editorReadonly/);
+  });
+
+  it("runs VS Code's accept-next-line and reports each line of midword's item, then the whole item", async () => {
+    const s = await started();
+    const client = s.lastClient();
+    s.ext.completionEvents.offered(uri, 2, 8, [tagged('i1', 'total += v\n        return total'), tagged('i2', 'pass')]);
+    assert.deepEqual(client.notifications, [['midword/completionShown', { id: 'i1', method: 'bytesampler', context: 'boundary' }]]);
+
+    s.vscode.setActiveEditor(uri, 2, 8);
+    await s.vscode.run(COMMANDS.acceptNextLine);
+    assert.deepEqual(s.vscode.executed, [['editor.action.inlineSuggest.acceptNextLine']]);
+    assert.deepEqual(client.notifications[1], [
+      'midword/completionPartiallyAccepted',
+      { id: 'i1', method: 'bytesampler', context: 'boundary', acceptedLength: 'total += v'.length },
+    ]);
+
+    s.vscode.setActiveEditor(uri, 2, 8 + 'total += v'.length); // where VS Code left the cursor
+    await s.vscode.run(COMMANDS.acceptNextLine);
+    assert.deepEqual(client.notifications[2], ['midword/completionAccepted', { id: 'i1', method: 'bytesampler', context: 'boundary' }]);
+    assert.equal(client.notifications.length, 3);
+    await s.ext.dispose();
+  });
+
+  it("another provider's suggestion (the cursor is not at midword's item) is accepted without an event", async () => {
+    const s = await started();
+    const client = s.lastClient();
+    s.ext.completionEvents.offered(uri, 2, 8, [tagged('i1', 'x = 1')]);
+    s.vscode.setActiveEditor(uri, 5, 0);
+    await s.vscode.run(COMMANDS.acceptNextLine);
+    assert.deepEqual(s.vscode.executed, [['editor.action.inlineSuggest.acceptNextLine']]);
+    assert.deepEqual(
+      client.notifications.map(([method]) => method),
+      ['midword/completionShown'],
+    );
+    await s.ext.dispose();
+  });
+
+  it('the command an item carries reports it accepted, with its tags', async () => {
+    const s = await started();
+    await s.vscode.run(COMMANDS.completionAccepted, { id: 'i9', method: 'naive', context: 'inside_word' });
+    await s.vscode.run(COMMANDS.completionAccepted, 'not tags');
+    assert.deepEqual(s.lastClient().notifications, [['midword/completionAccepted', { id: 'i9', method: 'naive', context: 'inside_word' }]]);
+    await s.ext.dispose();
+  });
+});

@@ -42,7 +42,14 @@ describe('dist/extension.js', { skip: !posix && 'the fake interpreter is a shell
     extension.activate(fakeContext());
     const item = (): string => fake.statusItems[0]?.text ?? '';
     await waitFor('ready status', () => item() === '$(sparkle) midword fake-default');
-    assert.deepEqual([...fake.commands.keys()].sort(), ['midword.restartServer', 'midword.selectModelFolder', 'midword.showLog', 'midword.toggle']);
+    assert.deepEqual([...fake.commands.keys()].sort(), [
+      'midword.acceptNextLine',
+      'midword.completionAccepted',
+      'midword.restartServer',
+      'midword.selectModelFolder',
+      'midword.showLog',
+      'midword.toggle',
+    ]);
     const initialize = serverMessages(files).find((m) => m.method === 'initialize');
     assert.equal((initialize?.params.initializationOptions as { maxItems: number }).maxItems, 4);
 

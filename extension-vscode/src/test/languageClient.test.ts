@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 
+import { CompletionEvents, NOTIFICATIONS } from '../completionEvents';
 import type { ClientHooks, ServerClient } from '../controller';
 import { settingDefaults } from '../manifest';
 import { FALLBACK_OPTIONS, type ServerOptions } from '../options';
@@ -31,7 +32,10 @@ describe('createLanguageClient with the real vscode-languageclient and a fake se
   let enabled = true;
   let options: ServerOptions = { ...FALLBACK_OPTIONS, maxItems: 2 };
   const recorded: Recorded = { statuses: [], progress: [], latencies: [], exits: [] };
+  const channelLines: string[] = [];
+  const completionEvents = new CompletionEvents((method, params) => void client.sendNotification(method, params));
   const hooks: ClientHooks = {
+    completionEvents,
     isEnabled: () => enabled,
     currentOptions: () => options,
     onServerStatus: (status) => recorded.statuses.push(status),
@@ -49,7 +53,7 @@ describe('createLanguageClient with the real vscode-languageclient and a fake se
     installVscodeModule(stub.module);
     const { createLanguageClient } = await import('../languageClient.js');
     client = createLanguageClient({ python: files.python, cwd: dir }, hooks, {
-      outputChannel: stubLogChannel() as never,
+      outputChannel: stubLogChannel(channelLines) as never,
     });
     await client.start();
   });
@@ -62,8 +66,12 @@ describe('createLanguageClient with the real vscode-languageclient and a fake se
     assert.equal(fs.readFileSync(files.args, 'utf8').trim(), '-m midword serve');
     const initialize = serverMessages(files).find((message) => message.method === 'initialize');
     assert.deepEqual(initialize?.params.initializationOptions, options);
-    const capabilities = initialize.params.capabilities as { window?: { workDoneProgress?: boolean } };
+    const capabilities = initialize.params.capabilities as {
+      window?: { workDoneProgress?: boolean };
+      experimental?: { midword?: { completionEvents?: boolean } };
+    };
     assert.equal(capabilities.window?.workDoneProgress, true);
+    assert.equal(capabilities.experimental?.midword?.completionEvents, true, 'asks for tagged items');
     assert.ok(client.isRunning);
   });
 
@@ -119,6 +127,57 @@ describe('createLanguageClient with the real vscode-languageclient and a fake se
     assert.deepEqual(requests[0]?.params.position, { line: 0, character: 20 });
     assert.equal(recorded.latencies.length, 1);
     await waitFor('status with latency', () => recorded.statuses.some((status) => status.latencyMs === 7));
+  });
+
+  it('the output channel shows each server log line once, at its level', async () => {
+    await waitFor('the FutureWarning', () => channelLines.some((line) => line.includes('FutureWarning')));
+    await waitFor('the ready record', () => channelLines.some((line) => line.includes('model fake-default ready')));
+    // before initialize only stderr has the record: shown, at its level (not [error])
+    assert.deepEqual(
+      channelLines.filter((line) => line.includes('fake server starting')),
+      ['info midword.server: fake server starting'],
+    );
+    // after it, window/logMessage has it: the stderr copy is dropped
+    assert.deepEqual(
+      channelLines.filter((line) => line.includes('model fake-default ready')),
+      ['info model fake-default ready'],
+    );
+    // a library warning and its source line are warnings
+    assert.deepEqual(
+      channelLines.filter((line) => line.includes('FutureWarning') || line.includes('warnings.warn(')),
+      ['warn py.warnings: /lib/transformers/x.py:12: FutureWarning: `foo` is deprecated', 'warn   warnings.warn('],
+    );
+    assert.deepEqual(channelLines.filter((line) => line.startsWith('error ')), []);
+  });
+
+  it('a tagged item: shown when it reaches VS Code, partly accepted through VS Code\'s item event', async () => {
+    const provider = state.inlineProviders[0]?.provider;
+    assert.ok(provider?.provideInlineCompletionItems);
+    assert.equal(typeof provider.handleDidShowCompletionItem, 'function');
+    assert.equal(typeof provider.handleDidPartiallyAcceptCompletionItem, 'function');
+    const document = { uri: { toString: () => 'file:///ws/b.py', scheme: 'file', fsPath: '/ws/b.py' }, languageId: 'python', version: 1 };
+    const token = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose: () => undefined }) };
+    const result = (await provider.provideInlineCompletionItems(document, new StubPosition(3, 8), { triggerKind: 1, selectedCompletionInfo: undefined }, token)) as
+      | { items?: unknown[] }
+      | unknown[];
+    const items = Array.isArray(result) ? result : (result.items ?? []);
+    const item = items[0] as { command?: { command: string; arguments: { id: string }[] } };
+    assert.equal(item.command?.command, 'midword.completionAccepted');
+    const id = item.command.arguments[0]?.id;
+    const events = (): { method: string; params: Record<string, unknown> }[] =>
+      serverMessages(files).filter((m) => m.method.startsWith('midword/completion') && m.params.id === id);
+    await waitFor('shown', () => events().some((m) => m.method === NOTIFICATIONS.shown));
+    provider.handleDidShowCompletionItem?.(item); // VS Code's own event: the same id is not sent twice
+    provider.handleDidPartiallyAcceptCompletionItem?.(item, { kind: 0, acceptedLength: 4 });
+    await waitFor('partial', () => events().some((m) => m.method === NOTIFICATIONS.partial));
+    assert.deepEqual(
+      events().map((m) => [m.method, m.params.id, m.params.acceptedLength]),
+      [
+        [NOTIFICATIONS.shown, id, undefined],
+        [NOTIFICATIONS.partial, id, 4],
+      ],
+    );
+    assert.deepEqual(events()[0]?.params, { id, method: 'bytesampler', context: 'inside_word' });
   });
 
   it('sendConfiguration sends workspace/didChangeConfiguration with { settings: options }', async () => {

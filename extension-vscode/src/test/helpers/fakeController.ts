@@ -43,6 +43,14 @@ export class FakeClient implements ServerClient {
     return Promise.resolve();
   }
 
+  /** Custom notifications sent, as [method, params]. */
+  notifications: [string, Record<string, unknown>][] = [];
+
+  sendNotification(method: string, params: Record<string, unknown>): Promise<void> {
+    this.notifications.push([method, params]);
+    return Promise.resolve();
+  }
+
   get isRunning(): boolean {
     return this.running;
   }

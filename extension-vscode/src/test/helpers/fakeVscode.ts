@@ -54,6 +54,13 @@ export class FakeVscode {
   nextQuickPick: string | undefined;
   openDialogCalls: unknown[] = [];
   extensionsInstalled = new Map<string, unknown>();
+  /** `window.activeTextEditor`: a document uri and a cursor. */
+  activeEditor: { document: { uri: { toString(): string } }; selection: { active: { line: number; character: number } } } | undefined;
+
+  /** Makes an editor on `uri` with the cursor at (line, character) the active one. */
+  setActiveEditor(uri: string, line: number, character: number): void {
+    this.activeEditor = { document: { uri: { toString: () => uri } }, selection: { active: { line, character } } };
+  }
 
   constructor(
     defaults: Map<string, unknown>,
@@ -110,6 +117,9 @@ export class FakeVscode {
     };
     const api = {
       window: {
+        get activeTextEditor() {
+          return fake.activeEditor;
+        },
         createOutputChannel: () => ({
           info: (m: string) => fake.logLines.push(`info ${m}`),
           warn: (m: string) => fake.logLines.push(`warn ${m}`),
