@@ -27,13 +27,14 @@ DEFAULT = ROOT / "models" / "default"
 REASONS = {
     "encoder": "is not a causal language model (architectures: BertModel)",
     "headless": "weights of the causal LM are missing from the checkpoint",
+    "unverified": "architecture 'bert' has not been verified",
     "wordpiece": "unsupported tokenizer model 'WordPiece'",
 }
 
 
 @pytest.fixture(scope="module")
 def bad_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
 
     root = tmp_path_factory.mktemp("bad-models")
     encoder = root / "encoder"
@@ -43,17 +44,32 @@ def bad_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )  # fmt: skip
     BertModel(config).save_pretrained(encoder)
     shutil.copy(DEFAULT / "tokenizer.json", encoder)
-    headless = root / "headless"
-    shutil.copytree(encoder, headless)
+    unverified = root / "unverified"  # no architectures: read as the model type's causal LM
+    shutil.copytree(encoder, unverified)
+    saved = json.loads((unverified / "config.json").read_text())
+    saved.pop("architectures")
+    (unverified / "config.json").write_text(json.dumps(saved))
+    headless = root / "headless"  # a verified architecture whose checkpoint has no LM head
+    llama = LlamaConfig(
+        vocab_size=4096, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, tie_word_embeddings=False,
+    )  # fmt: skip
+    LlamaModel(llama).save_pretrained(headless)
     saved = json.loads((headless / "config.json").read_text())
     saved.pop("architectures")
     (headless / "config.json").write_text(json.dumps(saved))
+    shutil.copy(DEFAULT / "tokenizer.json", headless)
     wordpiece = root / "wordpiece"
     shutil.copytree(DEFAULT, wordpiece)
     tok = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(wordpiece / "tokenizer.json"))
-    return {"encoder": encoder, "headless": headless, "wordpiece": wordpiece}
+    return {
+        "encoder": encoder,
+        "headless": headless,
+        "unverified": unverified,
+        "wordpiece": wordpiece,
+    }
 
 
 @pytest.mark.parametrize("kind", sorted(REASONS))
