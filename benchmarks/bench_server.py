@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import statistics
 import sys
 import sysconfig
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from midword.engine.hf_backend import HFSession
+from midword.models import shipped_test_model
 from midword.server.controller import Controller, _Asked
 from midword.server.document import Range
 from midword.server.worker import Answer
@@ -215,6 +217,9 @@ async def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=2, help="tokens per completion")
     args = parser.parse_args()
 
+    # the figures are the small shipped model's, whatever the default model is now
+    # (MIDWORD_DEFAULT_MODEL chooses another; the server subprocess inherits it)
+    os.environ.setdefault("MIDWORD_DEFAULT_MODEL", str(shipped_test_model()))
     spawn_s, init_s, ready_s = await startup()
     print(
         f"0. startup over stdio: initialize answered {1000 * init_s:.0f} ms after the process "
