@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from midword.engine.hf_backend import HFSession
-from midword.models import shipped_test_model
 from midword.server.controller import Controller, _Asked
 from midword.server.document import Range
 from midword.server.worker import Answer
+
+from midword.models import shipped_test_model
 
 SOURCE = Path(sysconfig.get_paths()["stdlib"]) / "contextlib.py"  # held out from training
 URI = "file:///bench/replay.py"
