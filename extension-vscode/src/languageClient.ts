@@ -157,6 +157,23 @@ class MidwordLanguageClient extends LanguageClient {
   }
 }
 
+/**
+ * The channel as vscode-languageclient gets it: `window/logMessage` of type Log
+ * (the server's debug records; the type Debug is LSP 3.18, which older clients
+ * reject) reaches it as `appendLine`, which a log channel would show as info.
+ */
+export function logTypeAsDebug(channel: vscode.LogOutputChannel): vscode.LogOutputChannel {
+  return new Proxy(channel, {
+    get(target, property, receiver) {
+      if (property === 'appendLine') {
+        return (message: string): void => target.debug(message);
+      }
+      const value: unknown = Reflect.get(target, property, receiver);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
 /** Server stderr into the output channel at each line's level, without the lines logMessage repeats. */
 function stderrToChannel(router: StderrRouter): (input: Readable, channel: vscode.LogOutputChannel) => void {
   return (input, channel) => {
@@ -180,7 +197,7 @@ export function clientOptions(hooks: ClientHooks, deps: LanguageClientDeps, onCl
   const router = deps.stderrRouter ?? new StderrRouter();
   return {
     documentSelector: DOCUMENT_SELECTOR,
-    outputChannel: deps.outputChannel,
+    outputChannel: logTypeAsDebug(deps.outputChannel),
     stdioOptions: {
       stdout: (input, channel) => {
         readline.createInterface({ input, crlfDelay: Infinity, terminal: false, historySize: 0 }).on('line', (line: string) => channel.info(line));

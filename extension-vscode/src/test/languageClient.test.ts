@@ -142,6 +142,12 @@ describe('createLanguageClient with the real vscode-languageclient and a fake se
       channelLines.filter((line) => line.includes('model fake-default ready')),
       ['info model fake-default ready'],
     );
+    // a debug record (window/logMessage type Log) is debug, not info
+    await waitFor('the debug record', () => channelLines.some((line) => line.includes('c1: 1 item')));
+    assert.deepEqual(
+      channelLines.filter((line) => line.includes('c1: 1 item')),
+      ['debug c1: 1 item(s) in 5.0 ms'],
+    );
     // a library warning and its source line are warnings
     assert.deepEqual(
       channelLines.filter((line) => line.includes('FutureWarning') || line.includes('warnings.warn(')),
