@@ -134,20 +134,24 @@ async def test_items_are_tagged_and_events_reach_the_log(session: Session) -> No
 
 
 async def test_the_option_turns_the_log_off(session: Session) -> None:
-    if not session.client.asked_for_events:  # type: ignore[attr-defined]
-        return  # (nothing to turn off: its items carry no ids)
+    """Events sent while ``acceptanceLog`` is false are not written. Without tagged items
+    (the client did not ask) the client's own tags go into the log."""
     buf = Buffer(session.client, "file:///tmp/acc_off.py")
     buf.type("import argparse\nparser = argparse.ArgumentPar")
     [item] = await inline_items(buf)
-    item_id = tags_of(item)["id"]
+    buf.close()
+    if session.client.asked_for_events:  # type: ignore[attr-defined]
+        tags = tags_of(item)
+    else:
+        tags = {"id": "client-made-1", "method": "naive", "context": "boundary"}
     session.client.workspace_did_change_configuration(
         types.DidChangeConfigurationParams(settings={"acceptanceLog": False})
     )
-    notify(session, "completionAccepted", {"id": item_id})
+    notify(session, "completionAccepted", tags)
     session.client.workspace_did_change_configuration(
         types.DidChangeConfigurationParams(settings={"acceptanceLog": True})
     )
-    notify(session, "completionShown", {"id": item_id})
-    await wait_for_entry(item_id, "shown")  # written in order: the accepted one came before
-    assert [e["event"] for e in log_entries() if e["id"] == item_id] == ["shown"]
-    buf.close()
+    notify(session, "completionShown", tags)
+    shown = await wait_for_entry(tags["id"], "shown")  # in order: the accepted one came first
+    assert [e["event"] for e in log_entries() if e["id"] == tags["id"]] == ["shown"]
+    assert (shown["method"], shown["context"]) == (tags["method"], tags["context"])
