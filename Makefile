@@ -88,3 +88,19 @@ bench-tree-replay:  ## covering-tree build times: typed code (shipped tokenizer)
 .PHONY: bench-editor-path
 bench-editor-path:  ## issue 21: keystroke -> inline item over stdio on the default model (2,000-line file, 16 tokens) vs plain generate()
 	$(PY) benchmarks/bench_editor_path.py
+
+.PHONY: bench-soak
+bench-soak:  ## busy editor: 40 buffers, ~1000 edits/s, a request every 50 ms for 5 min (latency, errors, RSS over time)
+	$(PY) benchmarks/bench_soak.py
+
+.PHONY: bench-real-size
+bench-real-size:  ## a random model of Qwen2.5-Coder-0.5B's shape through the language server: load, first completion, keystrokes, PBP vs plain
+	$(PY) benchmarks/bench_real_size.py
+
+.PHONY: cuda-check
+cuda-check:  ## on a CUDA machine: backend, architecture and CUDA tests in float32 and bfloat16, and bench_cuda's figures
+	bash benchmarks/cuda_check.sh
+
+.PHONY: tree-hashes
+tree-hashes:  ## one hash per tokenizer over thousands of covering trees: compare before and after an engine change
+	$(PY) benchmarks/tree_hashes.py
