@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at 
 from .live import Backend, EnsembleModels, SingleModel
 from .options import ServerOptions
 
-__all__ = ["WARMUP_PREFIX", "default_model_dir", "load_backend", "short_name"]
+__all__ = ["WARMUP_PREFIX", "default_model_dir", "load_backend", "short_name", "usable_device"]
 
 log = logging.getLogger("midword.server")
 WARMUP_PREFIX = b'def main():\n    print("hello")\n'
@@ -49,6 +50,26 @@ def default_model_dir() -> Path:
 def model_names(options: ServerOptions) -> list[str]:
     """The model folders or names the options ask for (the ensemble's, or one)."""
     return list(options.ensemble) or [options.model or str(default_model_dir())]
+
+
+def usable_device(options: ServerOptions) -> tuple[ServerOptions, str]:
+    """The options with a device this torch has, and a note for the status when it changed.
+
+    A missing device is a `BackendError` (what was asked, what there is, how to get it),
+    unless ``device_fallback`` allows serving on the best device there is instead.
+    """
+    from midword.engine.backend import BackendError
+    from midword.engine.hf_backend import resolve_device
+
+    try:
+        resolve_device(options.device)
+    except BackendError as exc:
+        if not options.device_fallback:
+            raise
+        fallback = resolve_device("auto").type
+        log.warning("%s; serving on %s instead (deviceFallback)", exc, fallback)
+        return replace(options, device=fallback), f"{options.device} missing: on {fallback}"
+    return options, ""
 
 
 def load_backend(options: ServerOptions, names: list[str], on_progress: ProgressFn) -> Backend:

@@ -37,7 +37,15 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 MULTILINE = ("auto", "always", "never")
 LOG_LEVELS = ("error", "warning", "info", "debug")
 # a change to these reloads the model(s)
-RELOAD_FIELDS = ("model", "device", "dtype", "ensemble", "ensemble_weights", "ensemble_combine")
+RELOAD_FIELDS = (
+    "model",
+    "device",
+    "device_fallback",
+    "dtype",
+    "ensemble",
+    "ensemble_weights",
+    "ensemble_combine",
+)
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,8 @@ class ServerOptions:
 
     model: str = ""  # "" = the default model shipped with midword
     device: str = "auto"
+    # the device asked for is missing: serve on the best one there is (said in the status)
+    device_fallback: bool = True
     dtype: str = "auto"
     # a byte-level ensemble of these model folders instead of ``model`` (engine/ensemble.py)
     ensemble: tuple[str, ...] = ()
@@ -122,6 +132,7 @@ _SPEC: dict[str, tuple[str, Check, str]] = {
     "log_level": ("logLevel", *_one_of(LOG_LEVELS)),
     "max_items": ("maxItems", _integer(1), "an integer >= 1"),
     "acceptance_log": ("acceptanceLog", lambda v: isinstance(v, bool), "true or false"),
+    "device_fallback": ("deviceFallback", lambda v: isinstance(v, bool), "true or false"),
 }
 
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at 
     from midword.engine.generate import Settings
 
 from .live import Backend, LiveDocument
-from .loading import default_model_dir, load_backend, model_names, short_name
+from .loading import default_model_dir, load_backend, model_names, short_name, usable_device
 from .memory import freeze_heap, release_memory, thaw_heap
 from .options import ServerOptions
 from .scheduler import Scheduler, Superseded
@@ -169,6 +169,7 @@ class ModelHost:
         started = time.perf_counter()
         name = " + ".join(short_name(n) for n in names)
         try:
+            options, note = usable_device(options)
             backend = load_backend(options, names, self.on_progress)
         except Exception as exc:  # any failure leaves the server up, answering empty
             log.error("model load failed: %s", exc)
@@ -178,7 +179,7 @@ class ModelHost:
             return
         if generation != self._generation:
             return  # a newer load was asked for meanwhile
-        self._worker.submit(self.use, backend, name).result()
+        self._worker.submit(self.use, backend, name, note).result()
         log.info("model %s ready in %.1f s", name, time.perf_counter() - started)
         self.on_progress("", 100)
 
@@ -197,12 +198,13 @@ class ModelHost:
         log.info("the model's files changed: loading it again")
         self.load(options)
 
-    def use(self, backend: Backend, name: str) -> None:
-        """Switch to a loaded model (runs on the worker thread, between requests)."""
+    def use(self, backend: Backend, name: str, note: str = "") -> None:
+        """Switch to a loaded model (runs on the worker thread, between requests); ``note``
+        goes into the ready status (a device fallback, say)."""
         self._backend = backend
         self._documents.clear()
         freeze_heap()  # before "ready": the collection pause belongs to the load
-        self._set_status(Status("ready", name, "ready"))
+        self._set_status(Status("ready", name, f"ready ({note})" if note else "ready"))
 
     # ------------------------------------------------------------------ documents
     def is_live(self, uri: str) -> bool:

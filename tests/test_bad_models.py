@@ -101,3 +101,27 @@ async def test_server_shows_an_error_status(bad_models: dict[str, Path], kind: s
         assert answer["result"]["items"] == []  # still serving, with nothing to offer
         client.notify("exit", None)
         await asyncio.wait_for(proc.wait(), 10)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fallback", [True, False])
+async def test_a_missing_device_falls_back_only_when_allowed(fallback: bool) -> None:
+    """Asking for a device this torch lacks: served on the best one there is (the status
+    says so) when deviceFallback allows it, else an error status that names the device."""
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without the device asked for (cuda here)")
+    options = {"model": str(DEFAULT), "device": "cuda", "deviceFallback": fallback}
+    async with raw_server() as (proc, client):
+        await client.initialize(options)
+        state = await client.wait_state("ready", "error", timeout=120)
+        status = [n for n in client.notifications if n["method"] == "midword/status"][-1]
+        message = status["params"]["message"]
+        if fallback:
+            assert state == "ready" and "cuda missing: on cpu" in message, status
+            client.open("file:///tmp/fallback.py", "import os\nos.pa")
+            answer = await asyncio.wait_for(client.inline("file:///tmp/fallback.py", 1, 5, 1), 60)
+            assert answer["result"]["items"], answer  # served, on the cpu
+        else:
+            assert state == "error" and "'cuda'" in message, status
+        client.notify("exit", None)
+        await asyncio.wait_for(proc.wait(), 10)

@@ -61,6 +61,8 @@ export interface ServerOptions {
   maxItems: number;
   /** Append shown/accepted events of inline items to a local file (`midword stats` reads it). */
   acceptanceLog: boolean;
+  /** When `device` is missing, serve on the best device there is instead of failing. */
+  deviceFallback: boolean;
 }
 
 export type ServerOptionKey = keyof ServerOptions;
@@ -69,6 +71,7 @@ export type ServerOptionKey = keyof ServerOptions;
 export const RELOAD_OPTION_KEYS: readonly ServerOptionKey[] = [
   'model',
   'device',
+  'deviceFallback',
   'dtype',
   'ensemble',
   'ensembleWeights',
@@ -113,6 +116,7 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
   logLevel: 'info',
   maxItems: 3,
   acceptanceLog: true,
+  deviceFallback: true,
 });
 
 /** Reads one setting by its key relative to `midword.` (e.g. `topP`); `undefined` when unset. */
@@ -173,6 +177,7 @@ const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expect
   logLevel: { check: oneOf(LOG_LEVELS), expected: LOG_LEVELS.join(' | ') },
   maxItems: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
   acceptanceLog: { check: isBoolean, expected: 'true or false' },
+  deviceFallback: { check: isBoolean, expected: 'true or false' },
 };
 
 /** A fresh copy of an array value (so options never share the frozen fallbacks or VS Code's read-only objects). */

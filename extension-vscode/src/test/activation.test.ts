@@ -87,6 +87,7 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
       logLevel: 'info',
       maxItems: 3,
       acceptanceLog: true,
+      deviceFallback: true,
     });
     const item = s.vscode.statusItems[0];
     assert.ok(item?.visible);

@@ -32,6 +32,7 @@ const SPEC_DEFAULTS = {
   logLevel: 'info',
   maxItems: 3,
   acceptanceLog: true,
+  deviceFallback: true,
 };
 
 describe('settings -> initializationOptions', () => {
@@ -74,6 +75,7 @@ describe('settings -> initializationOptions', () => {
       logLevel: 'debug',
       maxItems: 5,
       acceptanceLog: false,
+      deviceFallback: false,
       enable: false,
       'python.path': '/usr/bin/python3',
     };
