@@ -33,21 +33,9 @@ from midword.engine.utf8 import split_utf8
 
 from midword.models import shipped_test_model
 from midword.testing import tokenizer_path
+from midword.testing.corpus import MIXED_PIECES
 
-PIECES = [
-    "中文字符",
-    "é",
-    "ü",
-    "🙂👍",
-    " ",
-    "    ",
-    "\n",
-    "x = 1",
-    "def f(a):",
-    "Ünïcode",
-    "ñ",
-    "—",
-]
+PIECES = MIXED_PIECES
 
 
 def _ms(seconds: float) -> str:

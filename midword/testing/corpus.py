@@ -19,3 +19,20 @@ CORPUS = [
     "NUL\x00and\x01control\x7f",
     "self.assertEqual(result, expected)\nself.assertEq",
 ]
+
+# text typed piece by piece into the covering tree by the speed and hash scripts: code,
+# CJK, emoji, accents and runs of spaces (trees inside characters and on boundaries)
+MIXED_PIECES = (
+    "中文字符",
+    "é",
+    "ü",
+    "🙂👍",
+    " ",
+    "    ",
+    "\n",
+    "x = 1",
+    "def f(a):",
+    "Ünïcode",
+    "ñ",
+    "—",
+)
