@@ -36,6 +36,7 @@ __all__ = ["RELOAD_FIELDS", "ServerOptions", "needs_reload", "parse_options"]
 DEVICES = ("auto", "cpu", "cuda", "mps")
 MULTILINE = ("auto", "always", "never")
 LOG_LEVELS = ("error", "warning", "info", "debug")
+CONTEXT_FILES = ("auto", "off")
 # a change to these reloads the model(s)
 RELOAD_FIELDS = (
     "model",
@@ -72,6 +73,12 @@ class ServerOptions:
     log_level: str = "info"
     max_items: int = 3
     acceptance_log: bool = True  # append shown/accepted events to a local file (acceptance.py)
+    # automatic requests wait this long for typing to pause: "auto" follows the typing
+    # speed (server/debounce.py), an int is fixed milliseconds, 0 is off
+    debounce_ms: str | int = "auto"
+    # snippets of other open files of the same language go before the window (context_files.py)
+    context_files: str = "auto"
+    context_bytes: int = 1024  # their budget in the prompt
 
 
 Check = Callable[[Any], bool]
@@ -106,6 +113,8 @@ def _convert(default: Any, value: Any) -> Any:
     """A checked JSON value in the field's Python type (lists become tuples)."""
     if isinstance(default, tuple):  # lists of strings or of numbers (weights are floats)
         return tuple(x if isinstance(x, str) else float(x) for x in value)
+    if isinstance(default, str) and not isinstance(value, str):  # "auto" | N: N stays a number
+        return int(value)
     return type(default)(value)
 
 
@@ -133,6 +142,13 @@ _SPEC: dict[str, tuple[str, Check, str]] = {
     "max_items": ("maxItems", _integer(1), "an integer >= 1"),
     "acceptance_log": ("acceptanceLog", lambda v: isinstance(v, bool), "true or false"),
     "device_fallback": ("deviceFallback", lambda v: isinstance(v, bool), "true or false"),
+    "debounce_ms": (
+        "debounceMs",
+        lambda v: v == "auto" or _integer(0)(v),
+        '"auto" or an integer >= 0 (milliseconds; 0 = off)',
+    ),
+    "context_files": ("contextFiles", *_one_of(CONTEXT_FILES)),
+    "context_bytes": ("contextBytes", _integer(0), "an integer >= 0"),
 }
 
 
