@@ -69,6 +69,16 @@ QWEN25_CODER_05B = dict(
     bos_token_id=151_643,
     eos_token_id=151_643,
 )
+# Qwen2.5-Coder-1.5B's shape (for a GPU): the same family, wider and deeper
+QWEN25_CODER_15B = dict(
+    QWEN25_CODER_05B,
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+)
+SHAPES = {"0.5b": QWEN25_CODER_05B, "1.5b": QWEN25_CODER_15B}
 QUICK = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 TYPED = "ression_tree(node.children, depth + 1)"  # typed after the mid-word end of the file
 FORWARD_LOG_ENV = "MIDWORD_BENCH_FORWARD_LOG"
@@ -78,20 +88,20 @@ URI = "file:///bench/real_size_{}.py"
 # ---------------------------------------------------------------------------- the model
 def model_dir(args: argparse.Namespace) -> Path:
     """The saved random model (built and saved the first time), tokenizer included."""
-    name = "qwen2.5-coder-0.5b-shape" + ("-quick" if args.quick else "")
+    name = f"qwen2.5-coder-{args.shape}-shape" + ("-quick" if args.quick else "")
     folder = Path(args.cache).expanduser() / name
     if not (folder / "config.json").exists():
-        build_model(folder, args.quick)
+        build_model(folder, args.quick, SHAPES[args.shape])
     return folder
 
 
-def build_model(folder: Path, quick: bool) -> None:
+def build_model(folder: Path, quick: bool, base: dict[str, Any] = QWEN25_CODER_05B) -> None:
     """Random float32 weights from the config, saved atomically with the tokenizer."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     tokens = tokenizer_size(TOKENIZER)
-    shape = {**QWEN25_CODER_05B, **(QUICK if quick else {})}
+    shape = {**base, **(QUICK if quick else {})}
     shape["vocab_size"] = max(shape["vocab_size"], tokens)  # pad to the tokenizer's size
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(Qwen2Config(**shape), dtype=torch.float32)
@@ -305,7 +315,7 @@ async def measure(args: argparse.Namespace, model: Path) -> dict[str, Any]:
     forward_log.touch()
     options = {
         "device": args.device,
-        "dtype": "float32",
+        "dtype": args.dtype,
         "maxTokens": args.tokens,
         "timeBudgetMs": 3_600_000,  # the whole --tokens, however slow the machine
         "maxItems": 1,
@@ -528,6 +538,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="where the random model is saved once (default: $TMPDIR/midword-bench-models)",
     )
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--dtype", default="float32", help="the server's dtype (bfloat16 on a GPU, say)"
+    )
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), default="0.5b", help="Qwen2.5-Coder shape to copy"
+    )
     parser.add_argument("--lines", type=int, default=2000, help="lines of the opened file")
     parser.add_argument("--keys", type=int, default=8, help="keystrokes timed per method")
     parser.add_argument("--tokens", type=int, default=16, help="tokens per completion")
@@ -548,7 +564,9 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     model = model_dir(args)
     figures: dict[str, Any] = {
-        "shape": "quick (2 layers, hidden 64)" if args.quick else "Qwen2.5-Coder-0.5B",
+        "shape": "quick (2 layers, hidden 64)" if args.quick else f"Qwen2.5-Coder-{args.shape}",
+        "device": args.device,
+        "dtype": args.dtype,
         "model_ready_s": round(time.monotonic() - started, 1),
         "threads": os.environ.get("MIDWORD_THREADS") or f"server default of {os.cpu_count()}",
         "load_average_before": [round(x, 2) for x in os.getloadavg()],

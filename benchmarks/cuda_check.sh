@@ -4,7 +4,13 @@
 #   1. benchmarks/bench_cuda.py: a random model of Qwen2.5-Coder-1.5B's shape in bfloat16
 #      (per-keystroke latency, PBP vs plain generation, byte-mode bytes/s);
 #   2. tests/test_cuda.py (the `cuda` marker: float64 exactness, the bf16/fp16 policy);
-#   3. tests/test_backend.py + tests/test_architectures.py on the GPU, float32 and bfloat16.
+#   3. tests/test_backend.py + tests/test_architectures.py on the GPU, float32 and bfloat16;
+#   4. the language-server suites (tests/test_server_*.py) with the server on the GPU, float32
+#      and bfloat16 (tests/lsp_support.py passes MIDWORD_TEST_DEVICE/DTYPE to the server);
+#   5. benchmarks/bench_real_size.py through the language server, Qwen2.5-Coder-1.5B's shape,
+#      bfloat16.
+# STEPS picks steps by name (default: all): bench test_cuda tests server real_size.
+# Packages the GPU machine lacks (pygls, lsprotocol, pytest-lsp...) travel as wheels in .whl/.
 # midword is installed without dependencies into the machine's own Python (its torch and
 # transformers); the tokenizer fixtures come from node_modules/, and MIDWORD_CACHE may
 # point at prebuilt tables (a cold qwen3 table build takes ~15 s).
@@ -12,7 +18,8 @@
 # Usage: benchmarks/cuda_check.sh [OUTDIR]
 # Try it on a CPU (tiny, a few tests):
 #   DEVICE=cpu BENCH_ARGS="--tiny --lines 100 --keys 3 --bytes 8 --runs 1" \
-#   PYTEST_K="llama" GPU_TEST_DEVICE=cpu benchmarks/cuda_check.sh /tmp/cuda-check
+#   PYTEST_K="llama" GPU_TEST_DEVICE=cpu SERVER_TESTS=tests/test_server_inline.py \
+#   REAL_SIZE_ARGS="--quick --lines 50 --keys 2 --tokens 4" benchmarks/cuda_check.sh /tmp/cc
 set -u
 OUTDIR=${1:-${OUT:-cuda-check-out}}
 mkdir -p "$OUTDIR"
@@ -21,6 +28,9 @@ DEVICE=${DEVICE:-cuda}
 WORKERS=${WORKERS:-8}
 export PYTHONUNBUFFERED=1
 export MIDWORD_GPU_TEST_DEVICE=${GPU_TEST_DEVICE:-cuda}
+
+STEPS=${STEPS:-bench test_cuda tests server real_size}
+wanted() { [[ " $STEPS " == *" $1 "* ]]; }
 
 step() {  # step NAME TIMEOUT_S COMMAND...: log to $OUTDIR/NAME.log, print its tail
     local name=$1 limit=$2 start rc
@@ -40,6 +50,11 @@ step() {  # step NAME TIMEOUT_S COMMAND...: log to $OUTDIR/NAME.log, print its t
 torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 } | tee "$OUTDIR/env.txt"
 
+if [ -d .whl ] && ! "$PY" -c "import pytest_lsp" 2>/dev/null; then  # the server's packages
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl >"$OUTDIR/wheels.log" 2>&1 || tail -5 "$OUTDIR/wheels.log"
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 if ! "$PY" -c "import midword.engine" 2>/dev/null; then
     if ! "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$OUTDIR/install.log" 2>&1
     then  # no editable install: a package folder whose engine/server are links to here
@@ -50,13 +65,30 @@ if ! "$PY" -c "import midword.engine" 2>/dev/null; then
     fi
 fi
 
-# shellcheck disable=SC2086  # BENCH_ARGS is a word list
-step bench 150 "$PY" benchmarks/bench_cuda.py --device "$DEVICE" --dtype bfloat16 \
-    --json "$OUTDIR/bench.json" ${BENCH_ARGS:-}
-step test_cuda 75 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" tests/test_cuda.py \
-    ${PYTEST_K:+-k "$PYTEST_K"}
+# shellcheck disable=SC2086  # BENCH_ARGS, PYTEST_K, SERVER_TESTS and REAL_SIZE_ARGS are word lists
+if wanted bench; then
+    step bench 150 "$PY" benchmarks/bench_cuda.py --device "$DEVICE" --dtype bfloat16 \
+        --json "$OUTDIR/bench.json" ${BENCH_ARGS:-}
+fi
+if wanted test_cuda; then
+    step test_cuda 75 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" tests/test_cuda.py \
+        ${PYTEST_K:+-k "$PYTEST_K"}
+fi
 for dtype in float32 bfloat16; do
     export MIDWORD_TEST_DEVICE=$DEVICE MIDWORD_TEST_DTYPE=$dtype
-    step "tests_$dtype" 80 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" --dist load \
-        tests/test_backend.py tests/test_architectures.py ${PYTEST_K:+-k "$PYTEST_K"}
+    if wanted tests; then
+        step "tests_$dtype" 80 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" \
+            --dist load tests/test_backend.py tests/test_architectures.py \
+            ${PYTEST_K:+-k "$PYTEST_K"}
+    fi
+    if wanted server; then
+        step "server_$dtype" "${SERVER_LIMIT:-120}" "$PY" -m pytest -q -p no:cacheprovider \
+            -n "$WORKERS" -rfE ${SERVER_TESTS:-tests/test_server_*.py}
+    fi
 done
+unset MIDWORD_TEST_DEVICE MIDWORD_TEST_DTYPE
+if wanted real_size; then
+    step real_size "${REAL_SIZE_LIMIT:-240}" "$PY" benchmarks/bench_real_size.py --shape 1.5b \
+        --device "$DEVICE" --dtype bfloat16 --sampling-runs 0 --json "$OUTDIR/real_size.json" \
+        ${REAL_SIZE_ARGS:-}
+fi

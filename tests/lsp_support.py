@@ -4,6 +4,7 @@ inline completion, waiting for the model, and a buffer that types like an editor
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -75,11 +76,21 @@ async def start(
     client.feature(STATUS)(on_status)
     params = types.InitializeParams(
         capabilities=capabilities(profile, inline=inline, utf8=utf8),
-        initialization_options=options if options is not None else {},
+        initialization_options=with_test_device(options if options is not None else {}),
     )
     session.init = await client.initialize_session(params)
     client.midword_session = session  # type: ignore[attr-defined]  # pytest-lsp yields the client
     return session
+
+
+def with_test_device(options: dict[str, Any]) -> dict[str, Any]:
+    """The options, with ``device``/``dtype`` from MIDWORD_TEST_DEVICE/MIDWORD_TEST_DTYPE
+    where a test leaves them out (how benchmarks/cuda_check.sh runs this suite on a GPU)."""
+    chosen = {
+        "device": os.environ.get("MIDWORD_TEST_DEVICE", ""),
+        "dtype": os.environ.get("MIDWORD_TEST_DTYPE", ""),
+    }
+    return {**{key: value for key, value in chosen.items() if value}, **options}
 
 
 class Buffer:
