@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import BackendError, ScoringModel
+    from .fim import FimCompleter, FimTemplate, resolve_fim
     from .generate import Completer, Completion, Settings
     from .hf_backend import load_hf_model
     from .sampling import ByteSampler
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
 _HOMES: dict[str, str] = {
     "BackendError": "backend",
     "ScoringModel": "backend",
+    "FimCompleter": "fim",
+    "FimTemplate": "fim",
+    "resolve_fim": "fim",
     "Completer": "generate",
     "Completion": "generate",
     "Settings": "generate",
@@ -70,6 +74,8 @@ __all__ = [
     "Completer",
     "Completion",
     "Engine",
+    "FimCompleter",
+    "FimTemplate",
     "PrefixError",
     "ScoringModel",
     "Settings",
@@ -82,6 +88,7 @@ __all__ = [
     "load_engine",
     "load_hf_model",
     "load_tokenizer",
+    "resolve_fim",
 ]
 
 

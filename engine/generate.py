@@ -249,6 +249,12 @@ class Completer:
         backtrack = 0 if settings.method == "naive" else int(settings.method[len("healing") :])
         return self._healing(prefix, backtrack, settings, rng, started, out)
 
+    def context_changed(self) -> None:
+        """The session's context before the prefix changed (a fill-in-the-middle prompt
+        moved, engine/fim.py): what was scored for the current prefix is stale."""
+        self._leaves = None
+        self.sampler.forget_scores()
+
     def leaf_set(self, transform: Transform | None = None) -> LeafSet:
         """The sampler's leaf set at its prefix, kept for the next call at the same prefix:
         the server scores the tree before a request's items, then each item asks again,

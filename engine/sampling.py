@@ -339,6 +339,13 @@ class ByteSampler:
         self.vct.push_bytes(data)
         self._cache = None
 
+    def forget_scores(self) -> None:
+        """Drop what was scored for this prefix: the session's context before the trunk
+        changed (a fill-in-the-middle prompt moved), so those rows are stale."""
+        self._cache = None
+        del self._scored[:]
+        del self._cum[1:]
+
     # ---------------------------------------------------------------- scoring
     def _score(self, transform: Transform = Transform()) -> _ScoredTree:
         key = len(self.vct.prefix)
@@ -476,8 +483,8 @@ def session_rows(
     stacking them into a copy (anything else, a counting wrapper say, is asked
     ``logprobs``). The rows may be read-only.
     """
-    if isinstance(session, TreeScoringSession):
-        return session.logprob_rows(trunk, paths)
+    if isinstance(session, TreeScoringSession) or hasattr(session, "logprob_rows"):
+        return session.logprob_rows(trunk, paths)  # a FIM PromptedSession has them too
     return session.logprobs(trunk, paths)
 
 
