@@ -22,9 +22,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from midword.engine.generate import Settings
 
+from .context_files import ContextFiles
+from .debounce import TypingSpeed
 from .document import Cursor, Document, Range
 from .options import ServerOptions, needs_reload, parse_options
 from .positions import from_index
+from .reuse import TypedThrough
 from .scope import IndentCounts, Scope, identifier_split, scope_for
 from .trim import following_lines, trim_repeats
 from .worker import Answer, ModelHost, Request, Status, Superseded
@@ -84,6 +87,13 @@ class Controller:
         # time is better left to the event loop catching up.
         self.settle: Callable[[], Awaitable[None]] = _settled
         self._settings: tuple[ServerOptions, int, list[Settings]] | None = None
+        self._typing = TypingSpeed()  # the debounce of automatic requests (debounce.py)
+        self._typed = TypedThrough()  # completions being typed through (reuse.py)
+        self._context = ContextFiles()  # other files' snippets in the prompt (context_files.py)
+        self._asks: dict[str, int] = {}  # uri -> number of its latest inline request
+        # what became of inline requests (midword/stats): sent to the model, answered from
+        # a completion typed through, dropped while they waited for typing to pause
+        self.counts = {"modelRequests": 0, "reusedAnswers": 0, "debounceDropped": 0}
 
     # ------------------------------------------------------------------ options
     def configure(self, raw: object, *, initial: bool = False) -> list[str]:
@@ -93,6 +103,8 @@ class Controller:
             log.warning("%s", problem)
             self.on_problem(problem)
         old, self.options = self.options, new
+        if old != new:
+            self._typed.forget()  # shown under other options (or another model)
         if isinstance(raw, dict) and "logLevel" in raw.get("midword", raw):
             _set_log_level(new.log_level)  # else the command line's --log-level stays
         if initial or needs_reload(old, new):
@@ -102,6 +114,7 @@ class Controller:
     # ------------------------------------------------------------------ documents
     def open(self, uri: str, text: str, version: int, language_id: str = "") -> None:
         self.documents[uri] = Document(uri, text, version, language_id)
+        self._context.touched(uri)
 
     def change(self, uri: str, version: int, changes: list[tuple[Range | None, str]]) -> None:
         doc = self.documents.get(uri)
@@ -111,17 +124,25 @@ class Controller:
         for rng, text in changes:
             if rng is None:
                 doc.replace_all(text, version)
-            else:
-                doc.apply_change(rng, text, self.encoding)
+                self._typed.forget(uri)
+                continue
+            at = _insertion_point(doc, rng, self.encoding)
+            doc.apply_change(rng, text, self.encoding)
+            assert doc.last_edit is not None  # apply_change sets it
+            self._typed.edited(uri, doc.edits, at, text, doc.last_edit)
         doc.version = version
+        self._typing.keystroke(time.monotonic())
+        self._context.touched(uri)
         if doc.last_edit is not None and self.host.ready and self.host.is_live(uri):
-            window = doc.prefix_window(doc.last_edit, self.options.window_bytes)
-            self.host.sync(uri, window, version)
+            self.host.sync(uri, self._prompt(doc, doc.last_edit), version)
 
     def close(self, uri: str) -> None:
         self.documents.pop(uri, None)
         self._indents.pop(uri, None)
         self._jobs.pop(uri, None)
+        self._asks.pop(uri, None)
+        self._typed.forget(uri)
+        self._context.closed(uri)
         self.host.close(uri)
 
     # ------------------------------------------------------------------ completions
@@ -136,15 +157,38 @@ class Controller:
             log.warning("inline completion for a document that is not open: %s", uri)
             return []
         asked = _Asked.at(doc, doc.cursor(line, character, self.encoding))
+        ask = self._asks[uri] = self._asks.get(uri, 0) + 1
+        if not invoked and (rest := self._typed.rest(uri, asked.edits, asked.cursor)):
+            self.counts["reusedAnswers"] += 1  # typed through the shown completion
+            return self._items(asked, [rest])
+        if not invoked and not await self._debounced(asked, ask):
+            return []
         scope = self._scope(asked, self.options.multiline)
         items = self.options.max_items if invoked else 1
         answer = await self._run(asked, scope, items)
         if not self._still(asked):
             return []
+        found = self._items(asked, _without_repeats(asked, answer.texts))
+        self._typed.shown(uri, asked.edits, asked.cursor, found[0].text if found else "")
+        return found
+
+    def _items(self, asked: _Asked, texts: list[str]) -> list[InlineItem]:
         column = from_index(asked.body, asked.cursor.index, self.encoding)
         method, context = item_tags(self.options, asked.line_prefix)
-        texts = _without_repeats(asked, answer.texts)
         return [InlineItem(t, asked.cursor.line, column, method, context) for t in texts]
+
+    async def _debounced(self, asked: _Asked, ask: int) -> bool:
+        """Wait for typing to pause (server/debounce.py); False when the request was
+        superseded meanwhile (a newer request for the buffer, or an edit of it)."""
+        wait = self._typing.wait_s(time.monotonic(), self.options.debounce_ms)
+        if wait <= 0.0:
+            return True
+        await asyncio.sleep(wait)
+        if self._asks.get(asked.doc.uri) == ask and asked.current_in(self.documents):
+            return True
+        self.counts["debounceDropped"] += 1
+        log.debug("superseded while it waited %.0f ms for typing to pause", wait * 1e3)
+        return False
 
     async def completion_list(self, uri: str, line: int, character: int) -> list[EditItem]:
         """Completion-list fallback: the completed identifier, then the rest of the line
@@ -213,9 +257,10 @@ class Controller:
             return job
         doc, cursor, cancelled = asked.doc, asked.cursor, threading.Event()
         documents = self.documents
+        self.counts["modelRequests"] += 1
         request = Request(
             uri=doc.uri,
-            prefix=doc.prefix_window(cursor, self.options.window_bytes),
+            prefix=self._prompt(doc, cursor),
             scope=scope,
             indent_unit=self._indent_unit(doc, cursor),
             settings=self._item_settings(items),
@@ -228,6 +273,14 @@ class Controller:
         future = self.host.submit(request)
         job = self._jobs[doc.uri] = _Job(question, future, asyncio.wrap_future(future), cancelled)
         return job
+
+    def _prompt(self, doc: Document, cursor: Cursor) -> bytes:
+        """The model's prompt for a cursor: other files' snippets (kept while the user types
+        in one place, server/context_files.py), then the buffer's window up to the cursor."""
+        window = doc.prefix_window(cursor, self.options.window_bytes)
+        if self.options.context_files == "off":
+            return window
+        return self._context.block(doc, self.documents, self.options.context_bytes) + window
 
     def _indent_unit(self, doc: Document, cursor: Cursor) -> str:
         """`indent_unit` of the lines up to the cursor's; the tallies of the lines above it
@@ -276,7 +329,7 @@ class Controller:
         doc = self.documents.get(uri)
         latest = None
         if doc is not None and doc.last_edit is not None:
-            latest = (doc.prefix_window(doc.last_edit, self.options.window_bytes), doc.version)
+            latest = (self._prompt(doc, doc.last_edit), doc.version)
         return await asyncio.wrap_future(self.host.live_state(uri, latest))
 
     async def stats(self) -> dict[str, Any]:
@@ -288,6 +341,7 @@ class Controller:
             "liveDocuments": live,
             "rssBytes": _rss_bytes(),
             "state": self.host.status.state,
+            **self.counts,
         }
 
     def shutdown(self) -> None:
@@ -373,6 +427,13 @@ class _Asked:
         Called from the worker thread as well: two reads, each atomic.
         """
         return documents.get(self.doc.uri) is self.doc and self.doc.edits == self.edits
+
+
+def _insertion_point(doc: Document, rng: Range, encoding: str) -> Cursor | None:
+    """Where a change inserts text, when it deletes none (else None)."""
+    if (rng.start_line, rng.start_char) != (rng.end_line, rng.end_char):
+        return None
+    return doc.cursor(rng.start_line, rng.start_char, encoding)
 
 
 def item_tags(options: ServerOptions, line_prefix: str) -> tuple[str, str]:

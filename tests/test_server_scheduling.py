@@ -320,6 +320,7 @@ def _controller() -> tuple[Controller, _StubHost]:
     controller = Controller()
     controller.host.shutdown()
     stub = controller.host = _StubHost()  # type: ignore[assignment]
+    controller.configure({"debounceMs": 0})  # these tests step the requests themselves
     controller.open("file:///a.py", "import os\nx = 1\nvalue = 'é😀' + na", 1)
     return controller, stub
 
