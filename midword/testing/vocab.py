@@ -12,7 +12,7 @@ from pathlib import Path
 
 from midword.engine.bytelevel import BYTE_TO_CHAR
 
-__all__ = ["HOLDING_MISSING", "MISSING", "derive_tokenizer"]
+__all__ = ["HOLDING_MISSING", "MISSING", "derive_tokenizer", "with_special_tokens"]
 
 # most of SmolLM2's missing bytes: control characters, bytes UTF-8 never uses, the 4-byte
 # leads 0xf1 and 0xf2; and two vocabulary entries that hold one (never to be offered)
@@ -34,5 +34,26 @@ def derive_tokenizer(source: Path, missing: tuple[int, ...], extra: list[str], o
     for added in spec["added_tokens"]:
         added["id"] = vocab[added["content"]]
     spec["model"] = {**model, "vocab": vocab, "merges": merges}
+    out.write_text(json.dumps(spec))
+    return out
+
+
+def with_special_tokens(source: Path, tokens: tuple[str, ...], out: Path) -> Path:
+    """``source`` (a tokenizer.json) with ``tokens`` added as special tokens after its
+    vocabulary (fill-in-the-middle sentinels for tests: ``engine/fim.py`` finds them)."""
+    spec = json.loads(source.read_text())
+    used = [*spec["model"]["vocab"].values(), *(a["id"] for a in spec["added_tokens"])]
+    for offset, text in enumerate(tokens):
+        spec["added_tokens"].append(
+            {
+                "id": max(used) + 1 + offset,
+                "content": text,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
     out.write_text(json.dumps(spec))
     return out
