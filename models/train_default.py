@@ -30,15 +30,21 @@ Progress goes to stderr every ``--log-every`` seconds (tokens/s, loss, elapsed, 
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
+import io
+import itertools
 import json
 import math
 import platform
+import random
 import shlex
 import sys
 import sysconfig
+import tarfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,6 +52,11 @@ import torch
 import torch.nn.functional as F
 
 EOT = "<|endoftext|>"
+# Fill-in-the-middle sentinels (Qwen2.5-Coder's names); with EOT they get ids 0-3.
+FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
+SPECIAL_TOKENS = (EOT, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
+# Member of a --make-data-tar tarball that records where its files came from.
+DATA_TAR_META = "midword-data.json"
 # The cl100k_base pre-tokenization regex; midword parses it back out of tokenizer.json.
 CL100K_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -85,6 +96,10 @@ class Recipe:
     grad_clip: float = 1.0
     seed: int = 0
     steps: int | None = None  # planned from the time budget when None
+    fim_rate: float = 0.5  # fraction of chunks turned into fill-in-the-middle examples
+    spm_rate: float = 0.5  # fraction of those in SPM order (the rest PSM)
+    fim_chunk_min: int = 256  # FIM chunks: lines adding up to a random length in this range
+    fim_chunk_max: int = 2048
 
 
 @dataclass
@@ -97,6 +112,10 @@ class Corpus:
     train_texts: list[str]
     heldout_texts: list[str]
     skipped: list[str] = field(default_factory=list)
+    python_version: str = ".".join(platform.python_version_tuple()[:2])
+    # Files taken out of training to choose the kept weights (--keep-best); else empty.
+    validation_files: list[str] = field(default_factory=list)
+    validation_texts: list[str] = field(default_factory=list)
 
     @property
     def train_bytes(self) -> int:
@@ -110,8 +129,8 @@ class Corpus:
         """sha256 over (relpath, text) of every file used, to compare data across machines."""
         h = hashlib.sha256()
         for rel, text in zip(
-            self.train_files + self.heldout_files,
-            self.train_texts + self.heldout_texts,
+            self.train_files + self.validation_files + self.heldout_files,
+            self.train_texts + self.validation_texts + self.heldout_texts,
             strict=True,
         ):
             h.update(rel.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
@@ -145,6 +164,22 @@ def is_heldout(relpath: str) -> bool:
     return int(digest, 16) % HELDOUT_MODULUS == 0
 
 
+def is_validation(relpath: str) -> bool:
+    """Validation rule (used with --keep-best only): ``sha1(relpath) mod 50 == 1``."""
+    digest = hashlib.sha1(relpath.encode("utf-8")).hexdigest()
+    return int(digest, 16) % HELDOUT_MODULUS == 1
+
+
+def split_validation(corpus: Corpus) -> None:
+    """Move the training files that satisfy `is_validation` to the validation lists."""
+    keep = [not is_validation(rel) for rel in corpus.train_files]
+    pairs = list(zip(corpus.train_files, corpus.train_texts, strict=True))
+    corpus.validation_files = [r for (r, _), k in zip(pairs, keep, strict=True) if not k]
+    corpus.validation_texts = [t for (_, t), k in zip(pairs, keep, strict=True) if not k]
+    corpus.train_files = [r for (r, _), k in zip(pairs, keep, strict=True) if k]
+    corpus.train_texts = [t for (_, t), k in zip(pairs, keep, strict=True) if k]
+
+
 def is_candidate(relpath: str) -> bool:
     """Whether a ``*.py`` relpath is hand-written, machine-independent library code."""
     parts = relpath.split("/")
@@ -162,12 +197,9 @@ def list_source_files(root: Path) -> list[str]:
 def read_source(path: Path) -> str | None:
     """UTF-8 text with ``\\r\\n`` normalised to ``\\n``; None if undecodable or generated."""
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        return _decode_source(path.read_bytes())
+    except OSError:
         return None
-    if GENERATED_MARKER in text[:300]:
-        return None
-    return text.replace("\r\n", "\n")
 
 
 def load_corpus(root: Path, max_files: int | None = None) -> Corpus:
@@ -176,10 +208,17 @@ def load_corpus(root: Path, max_files: int | None = None) -> Corpus:
     With `max_files`, keep only the first `max_files` training files and the first
     ``max(1, max_files // 10)`` held-out files (in relpath order): a small, fast subset for tests.
     """
-    corpus = Corpus(root, [], [], [], [])
+    sources = ((rel, lambda rel=rel: read_source(root / rel)) for rel in list_source_files(root))
+    return split_corpus(Corpus(root, [], [], [], []), sources, max_files)
+
+
+def split_corpus(
+    corpus: Corpus, sources: Iterator[tuple[str, Callable[[], str | None]]], max_files: int | None
+) -> Corpus:
+    """Fill `corpus` from (relpath, text reader) pairs in relpath order; see `load_corpus`."""
     max_train = max_files if max_files is not None else math.inf
     max_held = max(1, max_files // 10) if max_files is not None else math.inf
-    for rel in list_source_files(root):
+    for rel, read in sources:
         held = is_heldout(rel)
         files, texts = (
             (corpus.heldout_files, corpus.heldout_texts)
@@ -188,7 +227,7 @@ def load_corpus(root: Path, max_files: int | None = None) -> Corpus:
         )
         if len(files) >= (max_held if held else max_train):
             continue
-        text = read_source(root / rel)
+        text = read()
         if text is None or not text.strip():
             corpus.skipped.append(rel)
             continue
@@ -197,11 +236,76 @@ def load_corpus(root: Path, max_files: int | None = None) -> Corpus:
     return corpus
 
 
+def make_data_tar(root: Path, path: Path) -> dict[str, object]:
+    """Write the candidate files of `root` that pass `read_source` to a gzipped tarball.
+
+    Members are the relpaths (normalised text, sorted, mtime 0) plus `DATA_TAR_META`, so that
+    another machine, whatever its Python, trains on exactly these files (``--data-tar``).
+    Returns the metadata written.
+    """
+    files = [(rel, read_source(root / rel)) for rel in list_source_files(root)]
+    kept = [(rel, text) for rel, text in files if text is not None and text.strip()]
+    meta = {
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "python": platform.python_version(),
+        "files": len(kept),
+        "note": "stdlib *.py files after train_default.py's filters, made by --make-data-tar",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # gzip's header mtime is 0 so that the same files give the same bytes.
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile("", "wb", 9, raw, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
+        for name, data in [(DATA_TAR_META, json.dumps(meta).encode()), *_encoded(kept)]:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return meta
+
+
+def _encoded(files: Sequence[tuple[str, str | None]]) -> Iterator[tuple[str, bytes]]:
+    for rel, text in files:
+        yield rel, (text or "").encode("utf-8")
+
+
+def load_corpus_from_tar(path: Path, max_files: int | None = None) -> Corpus:
+    """`load_corpus` over a tarball written by `make_data_tar` (same filters, same split)."""
+    with tarfile.open(path, "r:gz") as tar:
+        members = {m.name: tar.extractfile(m) for m in tar.getmembers() if m.isfile()}
+        data = {name: f.read() for name, f in members.items() if f is not None}
+    meta = json.loads(data.pop(DATA_TAR_META, b"{}") or b"{}")
+    rels = sorted(r for r in data if r.endswith(".py") and is_candidate(r))
+
+    def reader(rel: str) -> Callable[[], str | None]:
+        return lambda: _decode_source(data[rel])
+
+    corpus = Corpus(path, [], [], [], [])
+    corpus.python_version = str(meta.get("python_version", corpus.python_version))
+    return split_corpus(corpus, ((rel, reader(rel)) for rel in rels), max_files)
+
+
+def _decode_source(raw: bytes) -> str | None:
+    """`read_source` for bytes already in memory."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if GENERATED_MARKER in text[:300] else text.replace("\r\n", "\n")
+
+
 # --------------------------------------------------------------------------- tokenizer
 
 
-def train_tokenizer(texts: Sequence[str], vocab_size: int):  # -> tokenizers.Tokenizer
-    """Byte-level BPE with the cl100k Split regex; ``<|endoftext|>`` gets id 0."""
+def train_tokenizer(
+    texts: Sequence[str], vocab_size: int, fim: bool = False
+):  # -> tokenizers.Tokenizer
+    """Byte-level BPE with the cl100k Split regex; ``<|endoftext|>`` gets id 0.
+
+    With `fim`, the three FIM sentinels follow as ids 1-3 (``SPECIAL_TOKENS``); the vocabulary
+    size counts them.
+    """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -215,7 +319,7 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int):  # -> tokenizers.Tok
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
-        special_tokens=[EOT],
+        special_tokens=list(SPECIAL_TOKENS if fim else (EOT,)),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -243,7 +347,132 @@ def write_tokenizer(tok, out: Path, seq_len: int) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+# --------------------------------------------------------------------------- fill-in-the-middle
+#
+# Character-level FIM as in the StarCoder / SantaCoder recipe: a chunk of a file is cut at two
+# uniformly random character positions into prefix, middle and suffix, and each part is
+# tokenized on its own (so the model sees parts cut anywhere, even inside a token). Formats,
+# with enc() the plain tokenizer and every document starting with <|endoftext|> (its BOS):
+#
+#   PSM: <|fim_prefix|> enc(prefix) <|fim_suffix|> enc(suffix) <|fim_middle|> enc(middle)
+#   SPM: <|fim_prefix|> <|fim_suffix|> enc(suffix) <|fim_middle|> enc(prefix + middle)
+#
+# The middle ends where the next document's <|endoftext|> begins, so the model learns to close
+# the middle with <|endoftext|>. In SPM the prefix and the middle are ONE segment: at inference
+# the prefix is cut at the cursor exactly as in prefix-only completion, which is where
+# midword's covering tree applies. Chunks that are not transformed stay plain text; runs of
+# them are tokenized together, so with --fim-rate 0 the documents are exactly the files.
+
+Piece = int | str  # a special token id, or text that is tokenized on its own
+FIM_FORMATS = {
+    "psm": "<|endoftext|><|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>{middle}"
+    "<|endoftext|>",
+    "spm": "<|endoftext|><|fim_prefix|><|fim_suffix|>{suffix}<|fim_middle|>{prefix+middle}"
+    "<|endoftext|>",
+    "plain": "<|endoftext|>{text}",
+}
+
+
+@dataclass(frozen=True)
+class FimIds:
+    """Ids of the special tokens in a FIM document."""
+
+    eot: int
+    prefix: int
+    suffix: int
+    middle: int
+
+    @classmethod
+    def of(cls, tok) -> FimIds:
+        ids = [tok.token_to_id(t) for t in SPECIAL_TOKENS]
+        if any(i is None for i in ids):
+            raise ValueError(f"tokenizer lacks one of {SPECIAL_TOKENS}")
+        return cls(*ids)
+
+
+def split_at_random_characters(text: str, rng: random.Random) -> tuple[str, str, str]:
+    """(prefix, middle, suffix) cut at two uniform positions in ``0..len(text)``.
+
+    >>> parts = split_at_random_characters("def f(x):\\n    return x\\n", random.Random(3))
+    >>> "".join(parts)
+    'def f(x):\\n    return x\\n'
+    """
+    i, j = sorted(rng.randint(0, len(text)) for _ in range(2))
+    return text[:i], text[i:j], text[j:]
+
+
+def fim_pieces(prefix: str, middle: str, suffix: str, spm: bool, ids: FimIds) -> list[Piece]:
+    """One FIM example (without its leading <|endoftext|>) as special ids and texts.
+
+    >>> ids = FimIds(0, 1, 2, 3)
+    >>> fim_pieces("a = ", "1", "\\n", spm=False, ids=ids)
+    [1, 'a = ', 2, '\\n', 3, '1']
+    >>> fim_pieces("a = ", "1", "\\n", spm=True, ids=ids)
+    [1, 2, '\\n', 3, 'a = 1']
+    """
+    if spm:
+        return [ids.prefix, ids.suffix, suffix, ids.middle, prefix + middle]
+    return [ids.prefix, prefix, ids.suffix, suffix, ids.middle, middle]
+
+
+def line_chunks(text: str, rng: random.Random, min_chars: int, max_chars: int) -> list[str]:
+    """`text` cut after newlines into chunks of about a random length in [min, max] chars.
+
+    A chunk ends at the first newline at or after its target length (or at the end of the
+    text), so chunks join back into `text`.
+    """
+    chunks, start = [], 0
+    while start < len(text):
+        target = start + rng.randint(min_chars, max_chars)
+        cut = text.find("\n", min(target, len(text)) - 1)
+        end = len(text) if cut < 0 else cut + 1
+        chunks.append(text[start:end])
+        start = end
+    return chunks
+
+
+def plan_documents(
+    texts: Sequence[str], recipe: Recipe, eot: int, ids: FimIds | None, rng: random.Random
+) -> list[list[Piece]]:
+    """The documents of one epoch: each starts with <|endoftext|>; see the section comment.
+
+    Every chunk becomes a FIM example with probability ``recipe.fim_rate`` (SPM with
+    probability ``recipe.spm_rate``, else PSM); consecutive plain chunks of a file stay one
+    document. Without `ids` (or at rate 0) every file is one plain document.
+    """
+    docs: list[list[Piece]] = []
+    for text in texts:
+        if ids is None or recipe.fim_rate <= 0:
+            docs.append([eot, text])
+            continue
+        plain = ""
+        for chunk in line_chunks(text, rng, recipe.fim_chunk_min, recipe.fim_chunk_max):
+            if rng.random() >= recipe.fim_rate:
+                plain += chunk
+                continue
+            if plain:
+                docs.append([eot, plain])
+                plain = ""
+            spm = rng.random() < recipe.spm_rate
+            docs.append([eot, *fim_pieces(*split_at_random_characters(chunk, rng), spm, ids)])
+        if plain:
+            docs.append([eot, plain])
+    return docs
+
+
+def encode_pieces(tok, docs: Sequence[Sequence[Piece]]) -> list[list[int]]:
+    """Token ids of every document: ids kept, each text encoded on its own (one batch call)."""
+    texts = [p for d in docs for p in d if isinstance(p, str)]
+    encoded = iter(tok.encode_batch(texts, add_special_tokens=False))
+    return [
+        [t for p in d for t in ([p] if isinstance(p, int) else next(encoded).ids)] for d in docs
+    ]
+
+
 # --------------------------------------------------------------------------- batches
+
+
+EpochDocs = Callable[[int], Sequence[Sequence[int]]]
 
 
 class BatchStream:
@@ -251,34 +480,84 @@ class BatchStream:
 
     Each epoch cuts the stream into non-overlapping chunks at a random offset and visits them
     in a random order; everything comes from one seeded generator, so runs repeat exactly.
+    `docs` is either fixed, or a function of the epoch number (FIM examples drawn afresh each
+    epoch), which runs for epoch k + 1 in a background thread while epoch k trains.
+    The stream lives on `device`, and batches are gathered there.
     """
 
-    def __init__(self, docs: Sequence[Sequence[int]], seq_len: int, batch: int, seed: int):
-        self.stream = torch.tensor([t for d in docs for t in d], dtype=torch.long)
+    def __init__(
+        self,
+        docs: Sequence[Sequence[int]] | EpochDocs,
+        seq_len: int,
+        batch: int,
+        seed: int,
+        device: str | torch.device = "cpu",
+    ):
+        self.seq_len, self.batch, self.device = seq_len, batch, torch.device(device)
+        self._docs_for = docs if callable(docs) else None
+        self._pool = ThreadPoolExecutor(1, "fim-epochs") if self._docs_for else None
+        self.stream = self._flat(docs(0) if callable(docs) else docs).to(self.device)
+        self.fresh_epochs = 1  # epochs (so far) whose documents were built afresh
+        # Waiting keeps runs repeatable; on a CPU the next epoch is always ready in time.
+        self._wait_for_docs = self.device.type == "cpu"
+        self._next_docs: Future | None = self._pool.submit(self._build, 1) if self._pool else None
+        self.tokens_per_epoch = len(self.stream)
         if len(self.stream) < 2 * (seq_len + 1):
             raise ValueError(f"{len(self.stream)} training tokens: too few for seq_len {seq_len}")
-        self.seq_len, self.batch = seq_len, batch
         self.gen = torch.Generator().manual_seed(seed)
         self.epoch = 0
-        self._starts: list[int] = []
+        self._span = torch.arange(seq_len + 1, device=self.device)
+        self._starts = torch.empty(0, dtype=torch.long, device=self.device)
+        self._pos = 0
+
+    @staticmethod
+    def _flat(docs: Sequence[Sequence[int]]) -> torch.Tensor:
+        return torch.tensor(list(itertools.chain.from_iterable(docs)), dtype=torch.long)
+
+    def _build(self, epoch: int) -> torch.Tensor:
+        """The documents of `epoch` as one CPU tensor (runs in the background thread)."""
+        assert self._docs_for is not None
+        return self._flat(self._docs_for(epoch))
 
     def _new_epoch(self) -> None:
+        if self.epoch > 0 and self._next_docs is not None:
+            self._swap_in_next_docs()
         span = self.seq_len + 1
         offset = int(torch.randint(0, self.seq_len, (1,), generator=self.gen))
         n = (len(self.stream) - offset) // span
         order = torch.randperm(n, generator=self.gen)
-        self._starts = (offset + order * span).tolist()
+        self._starts, self._pos = (offset + order * span).to(self.device), 0
         self.epoch += 1
 
+    def _swap_in_next_docs(self) -> None:
+        """Use the documents built in the background, and start building the next ones.
+
+        When they are not ready yet (a fast GPU can finish an epoch before the CPU has
+        tokenized the next one), the current documents are visited again in a new order
+        rather than waiting; `fresh_epochs` counts the epochs that had new documents.
+        """
+        assert self._next_docs is not None and self._pool is not None
+        if self._wait_for_docs or self._next_docs.done():
+            self.stream = self._next_docs.result().to(self.device)
+            self.fresh_epochs += 1
+            self._next_docs = self._pool.submit(self._build, self.fresh_epochs)
+
     def next(self) -> torch.Tensor:
-        """A (batch, seq_len + 1) LongTensor."""
-        rows = []
-        for _ in range(self.batch):
-            if not self._starts:
+        """A (batch, seq_len + 1) LongTensor on the stream's device."""
+        parts, need = [], self.batch
+        while need:
+            if self._pos >= len(self._starts):
                 self._new_epoch()
-            s = self._starts.pop()
-            rows.append(self.stream[s : s + self.seq_len + 1])
-        return torch.stack(rows)
+            take = self._starts[self._pos : self._pos + need]
+            self._pos += len(take)
+            parts.append(self.stream[take[:, None] + self._span])
+            need -= len(take)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def close(self) -> None:
+        """Stop the background thread (a running epoch build finishes first)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass
@@ -354,16 +633,17 @@ def evaluate(model, windows: EvalWindows, batch: int) -> tuple[float, float, int
     """(bits per byte, mean nats per scored token, scored tokens) over `windows`."""
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     total_nats, total_tokens = 0.0, 0
     for i in range(0, len(windows.inputs), batch):
-        x = windows.inputs[i : i + batch]
+        x = windows.inputs[i : i + batch].to(device)
         logits = model(input_ids=x, use_cache=False).logits
         nll = F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]).float(),
-            windows.targets[i : i + batch].reshape(-1),
+            windows.targets[i : i + batch].reshape(-1).to(device),
             reduction="none",
         )
-        m = windows.mask[i : i + batch].reshape(-1)
+        m = windows.mask[i : i + batch].reshape(-1).to(device)
         total_nats += float(nll[m].double().sum())
         total_tokens += int(m.sum())
     model.train(was_training)
@@ -451,6 +731,21 @@ class TrainResult:
     final_loss: float
     epochs: float
     slice_history: list[dict[str, float]]
+    kept_step: int | None = None  # with keep_best: the step whose weights were kept
+    fresh_epochs: int = 1  # epochs whose (FIM) documents were drawn afresh; see BatchStream
+
+
+@dataclass
+class LoopOptions:
+    """How the loop runs (not what it learns): logging, evaluation, planning, precision."""
+
+    log_every: float = 30.0
+    eval_every: float = 300.0
+    calibrate_s: float = 90.0
+    bf16: bool = False
+    # Keep the weights with the lowest slice score, evaluated every `eval_every` s and at the
+    # end. Only meaningful when the slice is a validation set, not the held-out test files.
+    keep_best: bool = False
 
 
 class Clock:
@@ -467,13 +762,20 @@ class Clock:
         return self.deadline - time.monotonic()
 
 
-def train_step(model, opt, batch: torch.Tensor, lr: float, grad_clip: float) -> float:
-    """One optimizer step on a (B, T + 1) batch; returns the mean loss in nats per token."""
+def train_step(
+    model, opt, batch: torch.Tensor, lr: float, grad_clip: float, bf16: bool = False
+) -> float:
+    """One optimizer step on a (B, T + 1) batch; returns the mean loss in nats per token.
+
+    With `bf16` the forward pass runs under bfloat16 autocast (weights and optimizer state
+    stay float32); the loss is computed in float32 either way.
+    """
     for group in opt.param_groups:
         group["lr"] = lr
     x, y = batch[:, :-1], batch[:, 1:]
-    logits = model(input_ids=x, use_cache=False).logits
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    with torch.autocast(device_type=batch.device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(input_ids=x, use_cache=False).logits
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     opt.step()
@@ -492,14 +794,12 @@ def train(
     stream: BatchStream,
     train_deadline: float,
     slice_windows: EvalWindows,
-    log_every: float,
-    eval_every: float,
-    calibrate_s: float,
+    loop: LoopOptions,
 ) -> TrainResult:
     """Train until the planned number of steps is done or `train_deadline` (monotonic) passes.
 
-    Without ``recipe.steps`` the schedule length is planned after `calibrate_s` seconds from
-    the average step time, and re-planned every 25 steps if the speed changes: in either
+    Without ``recipe.steps`` the schedule length is planned after ``loop.calibrate_s`` seconds
+    from the average step time, and re-planned every 25 steps if the speed changes: in either
     direction during the first half of the schedule, afterwards only to avoid overrunning.
     """
     opt = make_optimizer(model, recipe)
@@ -512,7 +812,7 @@ def train(
     t0 = time.monotonic()
     last_log = last_eval = t0
     loss_sum, loss_n, last_loss = 0.0, 0, float("nan")
-    history: list[dict[str, float]] = []
+    tracker = SliceTracker(slice_windows, eval_batch(recipe), loop.keep_best)
     step = 0
     stopped = False
     while step < total:
@@ -522,12 +822,12 @@ def train(
             stopped = True
             break
         last_loss = train_step(
-            model, opt, stream.next(), lr_at(step, total, recipe), recipe.grad_clip
+            model, opt, stream.next(), lr_at(step, total, recipe), recipe.grad_clip, loop.bf16
         )
         loss_sum, loss_n, step = loss_sum + last_loss, loss_n + 1, step + 1
         now = time.monotonic()
         per_step = (now - t0) / step
-        if not fixed and now - t0 >= calibrate_s and (not planned_once or step % 25 == 0):
+        if not fixed and now - t0 >= loop.calibrate_s and (not planned_once or step % 25 == 0):
             fit = steps_that_fit(step, per_step, train_deadline - now)
             if not planned_once:
                 total, planned_once = fit, True
@@ -535,29 +835,22 @@ def train(
             elif (step < total // 2 and abs(fit - total) > 0.03 * total) or fit < 0.98 * total:
                 log(f"speed changed ({per_step * 1000:.0f} ms/step): schedule {total} -> {fit}")
                 total, replanned = fit, True
-        if now - last_eval >= eval_every:
-            bpb, nats, _ = evaluate(model, slice_windows, eval_batch(recipe))
-            history.append(
-                {
-                    "step": step,
-                    "tokens": step * tokens_per_step,
-                    "seconds": round(now - t0, 1),
-                    "slice_bpb": round(bpb, 4),
-                }
-            )
-            log(f"eval step {step}: held-out slice {bpb:.3f} bits/byte ({nats:.3f} nats/token)")
+        if now - last_eval >= loop.eval_every:
+            tracker.record(model, step, step * tokens_per_step, now - t0)
             last_eval = time.monotonic()
-        if now - last_log >= log_every:
+        if now - last_log >= loop.log_every:
             elapsed = now - t0
             eta = min((total - step) * per_step, max(0.0, train_deadline - now))
             log(
                 f"step {step}/{total} | {step * tokens_per_step / elapsed:,.0f} tokens/s | "
                 f"loss {loss_sum / loss_n:.3f} | lr {lr_at(step, total, recipe):.2e} | "
-                f"epoch {step * tokens_per_step / len(stream.stream):.2f} | "
+                f"epoch {step * tokens_per_step / stream.tokens_per_epoch:.2f} | "
                 f"elapsed {fmt_duration(elapsed)} | ETA {fmt_duration(eta)}"
             )
             loss_sum, loss_n, last_log = 0.0, 0, now
     seconds = time.monotonic() - t0
+    stream.close()
+    kept = tracker.finish(model, step, step * tokens_per_step, seconds)
     return TrainResult(
         steps=step,
         planned_steps=total if planned_once else None,
@@ -566,9 +859,47 @@ def train(
         tokens=step * tokens_per_step,
         seconds=seconds,
         final_loss=last_loss,
-        epochs=step * tokens_per_step / max(1, len(stream.stream)),
-        slice_history=history,
+        epochs=step * tokens_per_step / max(1, stream.tokens_per_epoch),
+        slice_history=tracker.history,
+        kept_step=kept,
+        fresh_epochs=stream.fresh_epochs,
     )
+
+
+class SliceTracker:
+    """Periodic slice evaluations; with `keep_best`, a copy of the best weights so far."""
+
+    def __init__(self, windows: EvalWindows, batch: int, keep_best: bool):
+        self.windows, self.batch, self.keep_best = windows, batch, keep_best
+        self.history: list[dict[str, float]] = []
+        self.best_bpb, self.best_step = math.inf, 0
+        self.best_state: dict[str, torch.Tensor] | None = None
+
+    def record(self, model, step: int, tokens: int, seconds: float) -> float:
+        bpb, nats, _ = evaluate(model, self.windows, self.batch)
+        self.history.append(
+            {
+                "step": step,
+                "tokens": tokens,
+                "seconds": round(seconds, 1),
+                "slice_bpb": round(bpb, 4),
+            }
+        )
+        log(f"eval step {step}: slice {bpb:.3f} bits/byte ({nats:.3f} nats/token)")
+        if self.keep_best and bpb < self.best_bpb:
+            self.best_bpb, self.best_step = bpb, step
+            self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return bpb
+
+    def finish(self, model, step: int, tokens: int, seconds: float) -> int | None:
+        """With keep_best: score the final weights, load the best ones; returns their step."""
+        if not self.keep_best:
+            return None
+        self.record(model, step, tokens, seconds)
+        if self.best_state is not None and self.best_step != step:
+            model.load_state_dict(self.best_state)
+            log(f"kept the weights of step {self.best_step} (slice {self.best_bpb:.4f} bits/byte)")
+        return self.best_step
 
 
 # --------------------------------------------------------------------------- output
@@ -612,6 +943,78 @@ def schedule_note(summary: dict) -> str:
     return note + f". `--steps {t['steps']}` repeats this run's step count without time planning."
 
 
+def hardware_note(summary: dict) -> str:
+    """Where the run trained, e.g. ``1 CPU threads of `x86_64 Linux` `` or ``cuda (bf16)``."""
+    r, env = summary["recipe"], summary["environment"]
+    device = r.get("device", "cpu")
+    if device == "cpu":
+        return f"{r['threads']} CPU threads of `{env['machine']}`"
+    return f"`{device}`{' (bfloat16 autocast)' if r.get('bf16') else ''}, {env.get('gpu', 'GPU')}"
+
+
+def data_source_note(data: dict) -> str:
+    source = data.get("source", "stdlib")
+    if source == "stdlib":
+        return "the running interpreter's standard library"
+    return (
+        f"a tarball of those files (`{source}`, written by `--make-data-tar` on the machine "
+        "with that Python), so that a machine with another Python trains on the same files"
+    )
+
+
+def slice_title(summary: dict) -> str:
+    if summary["recipe"].get("keep_best") and summary["data"].get("validation_files"):
+        return "Validation slice (windows of the validation files, which chose the kept weights)"
+    return "Held-out slice (a fixed sample of held-out windows)"
+
+
+def validation_note(summary: dict) -> str:
+    d, t = summary["data"], summary["training"]
+    files = d.get("validation_files") or []
+    if not files:
+        return ""
+    return (
+        f"\n- Validation (`--keep-best`): the {len(files)} training files with "
+        "`sha1(relpath) mod 50 == 1` were not trained on; they were scored during training and the "
+        f"weights of step {t.get('kept_step')} (the best score) were kept. The held-out files "
+        "played no part in that choice."
+    )
+
+
+def fim_card_section(summary: dict) -> str:
+    """The model card's fill-in-the-middle section (formats, rates, how the split is drawn)."""
+    fim = summary.get("fim") or {"enabled": False}
+    if not fim["enabled"]:
+        return "## Fill-in-the-middle\n\nNot trained for FIM (`--fim-rate 0`): prefix-only.\n"
+    tokens = ", ".join(f"`{name}` = {i}" for name, i in fim["tokens"].items())
+    lo, hi = fim["chunk_chars"]
+    fresh = summary["training"].get("fresh_epochs", 1)
+    return f"""## Fill-in-the-middle
+
+- Special tokens: {tokens}.
+- Each file is cut after newlines into chunks of a random length in [{lo}, {hi}] characters;
+  a chunk becomes a FIM example with probability {fim["fim_rate"]} (else it stays plain text,
+  and runs of plain chunks of a file stay one document). A FIM example is cut at two uniformly
+  random *character* positions into prefix, middle and suffix (character-level FIM, as in the
+  SantaCoder / StarCoder recipe) and each part is tokenized on its own. Of the FIM examples,
+  {fim["spm_rate"]} are in SPM order, the rest in PSM order:
+
+  | order | document |
+  |---|---|
+  | PSM | `{fim["formats"]["psm"]}` |
+  | SPM | `{fim["formats"]["spm"]}` |
+  | plain | `{fim["formats"]["plain"]}` |
+
+  In SPM, `prefix+middle` is ONE tokenized text: at inference the prompt is
+  `<|endoftext|><|fim_prefix|><|fim_suffix|>` + suffix + `<|fim_middle|>` followed by the
+  prefix exactly as in prefix-only completion, so midword's covering tree applies at the
+  cursor unchanged. In PSM the prefix is a segment of its own and the middle starts a fresh
+  one after `<|fim_middle|>`. The middle ends with `<|endoftext|>`.
+- FIM examples were drawn afresh for {fresh} of the training epochs (the others revisited
+  the previous draw in a new order).
+"""
+
+
 def model_card(summary: dict) -> str:
     """The README.md of the model directory."""
     r, d, res = summary["recipe"], summary["data"], summary["results"]
@@ -626,7 +1029,7 @@ def model_card(summary: dict) -> str:
     return f"""# midword default model: a tiny Llama for Python, trained on the standard library
 
 A {res["params"]:,}-parameter `LlamaForCausalLM` with a {res["vocab_size"]}-token byte-level BPE
-tokenizer, trained from scratch on CPU by `models/train_default.py` so that midword works out of
+tokenizer, trained from scratch by `models/train_default.py` so that midword works out of
 the box without downloading anything. It is small and fast, not smart: expect plausible
 Python-looking completions of names and idioms that are common in the standard library.
 
@@ -639,14 +1042,14 @@ Python-looking completions of names and idioms that are common in the standard l
 - Final training loss: {res["final_train_loss"]:.4f} nats/token.
 - Wall time: {fmt_duration(res["wall_seconds"])} in all, of which training
   {fmt_duration(t["seconds"])} ({t["steps"]:,} steps, {t["tokens"]:,} tokens,
-  {t["epochs"]:.2f} epochs, {t["tokens_per_second"]:,.0f} tokens/s on {r["threads"]} CPU threads
-  of `{summary["environment"]["machine"]}`).
+  {t["epochs"]:.2f} epochs, {t["tokens_per_second"]:,.0f} tokens/s on {hardware_note(summary)}).
 - Size: {res["dir_bytes"] / 1e6:.1f} MB on disk (weights saved in {res["save_dtype"]}).
 
 ## Data
 
 - The `*.py` files of the standard library of **Python {d["python_version"]}**
   (`sysconfig.get_paths()["stdlib"]`), in relpath order, read as UTF-8 with `\\r\\n` -> `\\n`.
+  Read from {data_source_note(d)}.
 - Excluded: directories named {", ".join(f"`{x}`" for x in sorted(EXCLUDED_DIRS))} anywhere in
   the path; top-level entries starting with {", ".join(f"`{x}`" for x in EXCLUDED_TOP)}
   (build files, machine-specific `_sysconfigdata*`, the pydoc topic prose); character tables
@@ -657,8 +1060,9 @@ Python-looking completions of names and idioms that are common in the standard l
   tokens. Held out: {d["heldout_file_count"]} files, {d["heldout_bytes"]:,} bytes.
 - Data fingerprint (sha256 over relpaths and texts): `{d["fingerprint"]}`.
 - Documents are `<|endoftext|>` + file text, concatenated; `<|endoftext|>` (id {res["eot_id"]})
-  is both BOS and EOS.
+  is both BOS and EOS.{validation_note(summary)}
 
+{fim_card_section(summary)}
 ## Recipe
 
 - Tokenizer: `tokenizers` byte-level BPE, vocabulary {r["vocab_size"]} (min frequency 2), the
@@ -667,7 +1071,9 @@ Python-looking completions of names and idioms that are common in the standard l
   256 byte symbols in the initial alphabet, trained on the training files only.
 - Model: `LlamaForCausalLM`, hidden size {r["width"]}, {r["layers"]} layers, {r["heads"]} heads
   (head dim {r["width"] // r["heads"]}, no GQA), MLP {r["ffn"]}, RoPE, RMSNorm, tied input and
-  output embeddings, context {r["seq_len"]} tokens, float32 training.
+  output embeddings, context {r["seq_len"]} tokens, float32 weights{
+        " with bfloat16 autocast" if r.get("bf16") else ""
+    }.
 - Optimizer: AdamW (betas {r["beta1"]}, {r["beta2"]}; weight decay {r["weight_decay"]} on
   matrices except the embedding), peak learning rate {r["lr"]}, linear warmup
   {r["warmup_steps"]} steps, cosine decay to {r["min_lr_ratio"]} x peak, gradient clipping
@@ -675,7 +1081,7 @@ Python-looking completions of names and idioms that are common in the standard l
   concatenated stream, reshuffled every epoch), seed {r["seed"]}.
 - Schedule: {schedule_note(summary)}
 
-Held-out slice (a fixed sample of held-out windows) during training:
+{slice_title(summary)} during training:
 
 | step | tokens | time | bits/byte |
 |---:|---:|---:|---:|
@@ -790,6 +1196,56 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of training measured before planning the schedule length",
     )
     p.add_argument(
+        "--fim-rate",
+        type=float,
+        default=d.fim_rate,
+        help="fraction of chunks turned into fill-in-the-middle examples; 0 trains the "
+        "prefix-only model without FIM tokens (default: %(default)s)",
+    )
+    p.add_argument(
+        "--spm-rate",
+        type=float,
+        default=d.spm_rate,
+        help="fraction of FIM examples in SPM order, the rest PSM (default: %(default)s)",
+    )
+    p.add_argument(
+        "--fim-chunk-chars",
+        type=int,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        default=(d.fim_chunk_min, d.fim_chunk_max),
+        help="FIM chunks are whole lines adding up to a random length in [MIN, MAX] characters "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--device", default="cpu", help="torch device to train on: cpu, cuda, cuda:1 (default: cpu)"
+    )
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bfloat16 autocast for the forward pass (float32 weights; for GPUs)",
+    )
+    p.add_argument(
+        "--keep-best",
+        action="store_true",
+        help="take the files with sha1(relpath) mod 50 == 1 out of training as a validation set, "
+        "score them every --eval-every seconds and keep the best weights",
+    )
+    p.add_argument(
+        "--data-tar",
+        type=Path,
+        default=None,
+        help="read the corpus from a tarball written by --make-data-tar instead of this "
+        "interpreter's stdlib (so another machine trains on the same files)",
+    )
+    p.add_argument(
+        "--make-data-tar",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="only write this interpreter's filtered stdlib files to PATH (.tar.gz) and exit",
+    )
+    p.add_argument(
         "--save-dtype",
         choices=("auto", "float32", "bfloat16"),
         default="auto",
@@ -814,10 +1270,14 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
         grad_clip=args.grad_clip,
         seed=args.seed,
         steps=args.steps,
+        fim_rate=args.fim_rate,
+        spm_rate=args.spm_rate,
+        fim_chunk_min=args.fim_chunk_chars[0],
+        fim_chunk_max=args.fim_chunk_chars[1],
     )
 
 
-def environment() -> dict[str, str]:
+def environment(device: torch.device) -> dict[str, str]:
     import tokenizers
     import transformers
 
@@ -827,6 +1287,7 @@ def environment() -> dict[str, str]:
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
         "machine": f"{platform.machine()} {platform.processor() or platform.system()}",
+        **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),
     }
 
 
@@ -834,56 +1295,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run everything; returns 0. See the module docstring."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.make_data_tar is not None:
+        meta = make_data_tar(stdlib_root(), args.make_data_tar)
+        size = args.make_data_tar.stat().st_size
+        log(f"wrote {args.make_data_tar}: {meta['files']} files, {size / 1e6:.1f} MB")
+        return 0
     clock = Clock(args.minutes)
     recipe = recipe_from_args(args)
-    torch.set_num_threads(args.threads)
+    device = prepare_device(args.device, args.threads)
 
-    corpus = load_corpus(stdlib_root(), args.max_files)
-    log(
-        f"data: {len(corpus.train_files)} training files ({corpus.train_bytes:,} bytes), "
-        f"{len(corpus.heldout_files)} held-out files ({corpus.heldout_bytes:,} bytes) "
-        f"from {corpus.root}"
-    )
-    tok = train_tokenizer(corpus.train_texts, recipe.vocab_size)
+    corpus = read_corpus(args)
+    tok = train_tokenizer(corpus.train_texts, recipe.vocab_size, fim=recipe.fim_rate > 0)
     eot = tok.token_to_id(EOT)
-    train_docs = encode_documents(tok, corpus.train_texts)
-    heldout_docs = encode_documents(tok, corpus.heldout_texts)
-    n_train_tokens = sum(len(d) for d in train_docs)
+    fim_ids = FimIds.of(tok) if recipe.fim_rate > 0 else None
+    epoch_docs = make_epoch_docs(tok, corpus.train_texts, recipe, eot, fim_ids)
+    docs: Sequence[Sequence[int]] | EpochDocs = epoch_docs if fim_ids else epoch_docs(0)
+    stream = BatchStream(docs, recipe.seq_len, recipe.batch_size, recipe.seed, device)
+    n_train_tokens = stream.tokens_per_epoch
     log(
-        f"tokenizer: {tok.get_vocab_size()} tokens, {n_train_tokens:,} training tokens "
-        f"({corpus.train_bytes / n_train_tokens:.2f} bytes/token) "
+        f"tokenizer: {tok.get_vocab_size()} tokens, {n_train_tokens:,} training tokens in epoch 0 "
+        f"({corpus.train_bytes / n_train_tokens:.2f} bytes/token, FIM rate {recipe.fim_rate}) "
         f"after {fmt_duration(clock.elapsed())}"
     )
 
-    model = build_model(recipe, tok.get_vocab_size(), eot)
+    model = build_model(recipe, tok.get_vocab_size(), eot).to(device)
     n_params = count_params(model)
-    log(f"model: LlamaForCausalLM, {n_params:,} parameters")
-    stream = BatchStream(train_docs, recipe.seq_len, recipe.batch_size, recipe.seed)
-    windows = build_eval_windows(heldout_docs, corpus.heldout_texts, recipe.seq_len, eot)
-    slice_windows = eval_slice(windows, 16)
-
-    # Reserve time for the final evaluation (timed on the slice) and for saving.
-    evaluate(model, slice_windows, eval_batch(recipe))  # warm-up; the second call is timed
-    t = time.monotonic()
-    evaluate(model, slice_windows, eval_batch(recipe))
-    per_window = (time.monotonic() - t) / max(1, len(slice_windows.inputs))
-    reserve = 1.5 * per_window * len(windows.inputs) + 2.0 + 0.02 * args.minutes * 60
-    train_deadline = time.monotonic() + max(0.0, clock.left() - reserve)
-    log(
-        f"training for up to {fmt_duration(train_deadline - time.monotonic())} "
-        f"(reserved {fmt_duration(reserve)} for evaluation and saving)"
+    log(f"model: LlamaForCausalLM, {n_params:,} parameters on {device}")
+    windows = build_eval_windows(
+        encode_documents(tok, corpus.heldout_texts), corpus.heldout_texts, recipe.seq_len, eot
     )
-    calibrate = min(args.calibrate, 0.1 * max(1.0, train_deadline - time.monotonic()))
-    result = train(
-        model,
-        recipe,
-        stream,
-        train_deadline,
-        slice_windows,
-        args.log_every,
-        args.eval_every,
-        calibrate,
+    slice_windows = selection_windows(tok, corpus, windows, recipe, args.keep_best)
+    train_deadline = plan_deadline(model, windows, slice_windows, recipe, clock, args.minutes)
+    loop = LoopOptions(
+        log_every=args.log_every,
+        eval_every=args.eval_every,
+        calibrate_s=min(args.calibrate, 0.1 * max(1.0, train_deadline - time.monotonic())),
+        bf16=args.bf16,
+        # Without validation files (a --max-files subset), nothing may choose the weights.
+        keep_best=args.keep_best and bool(corpus.validation_files),
     )
+    result = train(model, recipe, stream, train_deadline, slice_windows, loop)
 
     log(
         f"trained {result.steps} steps, {result.tokens:,} tokens in "
@@ -896,9 +1347,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     summary = {
         "command": command_line(argv),
-        "recipe": {**asdict(recipe), "threads": args.threads, "minutes": args.minutes},
+        "recipe": {
+            **asdict(recipe),
+            "threads": args.threads,
+            "minutes": args.minutes,
+            "device": str(device),
+            "bf16": args.bf16,
+            "keep_best": args.keep_best,
+        },
+        "fim": fim_summary(tok, recipe),
         "data": {
-            "python_version": ".".join(platform.python_version_tuple()[:2]),
+            "python_version": corpus.python_version,
+            "source": "stdlib" if args.data_tar is None else f"--data-tar {args.data_tar.name}",
+            "validation_files": corpus.validation_files,
             "train_file_count": len(corpus.train_files),
             "heldout_file_count": len(corpus.heldout_files),
             "skipped_files": corpus.skipped,
@@ -923,14 +1384,104 @@ def main(argv: Sequence[str] | None = None) -> int:
             "final_train_loss": result.final_loss,
             "wall_seconds": clock.elapsed(),
         },
-        "environment": environment(),
+        "environment": environment(device),
     }
-    write_outputs(args.out, tok, model, corpus, summary, args.save_dtype, clock)
+    write_outputs(args.out, tok, model.cpu(), corpus, summary, args.save_dtype, clock)
     log(
         f"wrote {args.out} ({summary['results']['dir_bytes'] / 1e6:.1f} MB) "
         f"in {fmt_duration(clock.elapsed())}; held-out {bpb:.4f} bits/byte"
     )
     return 0
+
+
+def fim_summary(tok, recipe: Recipe) -> dict[str, object]:
+    """The FIM tokens and formats, for training_summary.json and the model card."""
+    if recipe.fim_rate <= 0:
+        return {"enabled": False}
+    return {
+        "enabled": True,
+        "tokens": {t: tok.token_to_id(t) for t in SPECIAL_TOKENS},
+        "fim_rate": recipe.fim_rate,
+        "spm_rate": recipe.spm_rate,
+        "chunk_chars": [recipe.fim_chunk_min, recipe.fim_chunk_max],
+        "split": "two uniform random character positions per chunk; parts tokenized separately",
+        "formats": FIM_FORMATS,
+    }
+
+
+def prepare_device(name: str, threads: int) -> torch.device:
+    """The training device; CPU thread count, and TF32 matmuls on CUDA (why: ~2x, harmless)."""
+    torch.set_num_threads(threads)
+    device = torch.device(name)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return device
+
+
+def read_corpus(args: argparse.Namespace) -> Corpus:
+    """The stdlib (or --data-tar), split; validation files taken out with --keep-best."""
+    if args.data_tar is not None:
+        corpus = load_corpus_from_tar(args.data_tar, args.max_files)
+    else:
+        corpus = load_corpus(stdlib_root(), args.max_files)
+    if args.keep_best:
+        split_validation(corpus)
+    log(
+        f"data: {len(corpus.train_files)} training files ({corpus.train_bytes:,} bytes), "
+        f"{len(corpus.validation_files)} validation files, "
+        f"{len(corpus.heldout_files)} held-out files ({corpus.heldout_bytes:,} bytes) "
+        f"from {corpus.root} (Python {corpus.python_version})"
+    )
+    return corpus
+
+
+def make_epoch_docs(
+    tok, texts: Sequence[str], recipe: Recipe, eot: int, fim_ids: FimIds | None
+) -> EpochDocs:
+    """Epoch number -> token ids of that epoch's documents (FIM drawn with a per-epoch seed)."""
+
+    def docs(epoch: int) -> list[list[int]]:
+        rng = random.Random(recipe.seed * 1_000_003 + epoch)
+        return encode_pieces(tok, plan_documents(texts, recipe, eot, fim_ids, rng))
+
+    return docs
+
+
+def selection_windows(
+    tok, corpus: Corpus, heldout: EvalWindows, recipe: Recipe, keep_best: bool
+) -> EvalWindows:
+    """Windows scored during training: validation files with --keep-best (they choose the
+    kept weights, so they must not be the test files), else a slice of the held-out files."""
+    if not keep_best or not corpus.validation_texts:
+        return eval_slice(heldout, 16)
+    docs = encode_documents(tok, corpus.validation_texts)
+    val = build_eval_windows(docs, corpus.validation_texts, recipe.seq_len, tok.token_to_id(EOT))
+    return eval_slice(val, 64)
+
+
+def plan_deadline(
+    model,
+    windows: EvalWindows,
+    slice_windows: EvalWindows,
+    recipe: Recipe,
+    clock: Clock,
+    minutes: float,
+) -> float:
+    """Monotonic time when training must stop so the final evaluation and saving still fit
+    (the evaluation's cost is timed on the slice)."""
+    evaluate(model, slice_windows, eval_batch(recipe))  # warm-up; the second call is timed
+    t = time.monotonic()
+    evaluate(model, slice_windows, eval_batch(recipe))
+    per_window = (time.monotonic() - t) / max(1, len(slice_windows.inputs))
+    reserve = 1.5 * per_window * (len(windows.inputs) + len(slice_windows.inputs))
+    reserve += 2.0 + 0.02 * minutes * 60
+    deadline = time.monotonic() + max(0.0, clock.left() - reserve)
+    log(
+        f"training for up to {fmt_duration(deadline - time.monotonic())} "
+        f"(reserved {fmt_duration(reserve)} for evaluation and saving)"
+    )
+    return deadline
 
 
 if __name__ == "__main__":
