@@ -56,7 +56,9 @@ __all__ = [
     "PromptedSession",
     "detect_template",
     "fim_sampler",
+    "loaded_model_config",
     "model_config",
+    "move_sampler",
     "resolve_fim",
 ]
 
@@ -333,10 +335,27 @@ def fim_sampler(
     sampler = ByteSampler(
         PromptedModel(model), engine, track_prefix=track_prefix, start_id=start_id
     )
-    prompt = template.prompt(engine.tok, prefix, suffix)
-    sampler.session.context = prompt.context  # type: ignore[attr-defined]
-    sampler.reset(prompt.covered)
+    move_sampler(sampler, template, prefix, suffix)
     return sampler
+
+
+def move_sampler(sampler: ByteSampler, template: FimTemplate, prefix: bytes, suffix: bytes) -> None:
+    """Put a `ByteSampler` over a `PromptedModel` at the cursor between ``prefix`` and
+    ``suffix`` (its KV cache keeps what the new prompt shares with the old)."""
+    prompt = template.prompt(sampler.tok, prefix, suffix)
+    session: PromptedSession = sampler.session  # type: ignore[assignment]
+    if prompt.context != session.context:
+        session.context = prompt.context
+        sampler.forget_scores()
+    sampler.reset(prompt.covered)
+
+
+def loaded_model_config(model: Any) -> dict[str, Any]:
+    """The ``config.json`` values of a loaded model (an `HFModel`'s transformers config,
+    extra keys such as ``fim_template`` included); {} when it has none."""
+    config = getattr(getattr(model, "model", None), "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    return dict(to_dict()) if callable(to_dict) else {}
 
 
 class FimCompleter:
