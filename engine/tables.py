@@ -25,6 +25,7 @@ from .canonical import CanonicalChecks
 from .completions import ByteFacts, Completions, build_completions, utf8_length
 from .leaf_tables import VCT_CACHE_VERSION, LeafTables, load_arrays, save_arrays
 from .pretok import ClassMachine, UnsupportedPattern, signature_groups
+from .sentencepiece import SentencePieceEngine, SentencePieceTokenizer
 from .tail import ONLY_BARE, Hyp, TailCache, WholeWords
 from .tokenizer import BPETokenizer, TokenizerError, cache_root, load_tokenizer
 from .utf8 import (
@@ -524,5 +525,9 @@ def load_engine(path: str) -> Engine:
     key = str(resolve_tokenizer_path(path).resolve())
     eng = _ENGINES.get(key)
     if eng is None:
-        eng = _ENGINES[key] = Engine(load_tokenizer(key))
+        tok = load_tokenizer(key)
+        if isinstance(tok, SentencePieceTokenizer):
+            eng = _ENGINES[key] = SentencePieceEngine(tok)  # type: ignore[assignment]
+        else:
+            eng = _ENGINES[key] = Engine(tok)
     return eng

@@ -201,6 +201,10 @@ def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> B
         spec = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise TokenizerError(f"{file} is not valid JSON: {exc}") from exc
+    from .sentencepiece import is_sentencepiece, load_sentencepiece
+
+    if is_sentencepiece(spec) and not _uses_bytelevel(spec.get("pre_tokenizer")):
+        return load_sentencepiece(spec, file, _digest(raw), use_cache)
     model = _check_supported(spec, file)
     added = [
         AddedToken(int(a["id"]), str(a["content"]), bool(a.get("special", False)))

