@@ -9,7 +9,8 @@
 #      and bfloat16 (tests/lsp_support.py passes MIDWORD_TEST_DEVICE/DTYPE to the server);
 #   5. benchmarks/bench_real_size.py through the language server, Qwen2.5-Coder-1.5B's shape,
 #      bfloat16.
-# STEPS picks steps by name (default: all): bench test_cuda tests server real_size.
+# STEPS picks steps by name (default: all): bench test_cuda tests server real_size; DTYPES
+# the dtypes of steps 3-4 (default: float32 bfloat16).
 # Packages the GPU machine lacks (pygls, lsprotocol, pytest-lsp...) travel as wheels in .whl/.
 # midword is installed without dependencies into the machine's own Python (its torch and
 # transformers); the tokenizer fixtures come from node_modules/, and MIDWORD_CACHE may
@@ -74,7 +75,7 @@ if wanted test_cuda; then
     step test_cuda 75 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" tests/test_cuda.py \
         ${PYTEST_K:+-k "$PYTEST_K"}
 fi
-for dtype in float32 bfloat16; do
+for dtype in ${DTYPES:-float32 bfloat16}; do
     export MIDWORD_TEST_DEVICE=$DEVICE MIDWORD_TEST_DTYPE=$dtype
     if wanted tests; then
         step "tests_$dtype" 80 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" \
