@@ -124,7 +124,7 @@ class ContextFiles:
         assert mark is not None
         recent = [u for u in reversed(self._touched) if u != doc.uri and u in documents]
         same = [documents[u] for u in recent if documents[u].language_id == doc.language_id]
-        same = same[:MAX_FILES]
+        same = same[: min(MAX_FILES, budget // MIN_SNIPPET_BYTES)]  # the most recent first
         parts: list[str] = []
         left = budget
         for number, other in enumerate(same):
