@@ -30,6 +30,12 @@ renormalized). --proxy-tune BASE EXPERT ANTI_EXPERT is the product with weights
 1 1 -1. Transforms then apply to the combined next-byte distribution. Put the
 prefix before these options, or after '--' (they take several values).
 
+--suffix TEXT or --suffix-file PATH give the text after the cursor: with a model
+trained for fill-in-the-middle (--fim auto finds its template from its special
+tokens; --fim NAME names one) the completion is the middle, conditioned on both
+sides and exact at the cursor (docs/fim.md). A model without FIM tokens ignores
+the suffix (said on stderr); --fim off always does.
+
 Several prefixes (PREFIX ... and --prefix-file F ..., in that order) need --json
 and print one object per line (JSON Lines), in order. The model loads once and
 keeps its cache from one prefix to the next; each completion is the one a run of
@@ -40,6 +46,7 @@ Examples:
   midword complete '    self.assertEq'
   midword complete --json --solve tree --max-tokens 8 'def pri' 'x = 12'
   midword complete --temperature 0.8 --top-p 0.95 --seed 1 'import nump'
+  midword complete --suffix $'\n    return total\n' $'def add(a, b):\n    tot'
 """
 
 from __future__ import annotations
@@ -50,7 +57,15 @@ from typing import Any
 
 from midword.cli import CommandError, print_json
 from midword.cmd_tree import add_prefix_arguments, read_prefixes
-from midword.modelargs import add_model_arguments, default_model_arg, load_model_and_engine
+from midword.modelargs import (
+    add_engine_arguments,
+    add_fim_arguments,
+    add_model_arguments,
+    default_model_arg,
+    fim_template,
+    load_model_and_engine,
+    read_suffix,
+)
 
 COMBINES = ("mix", "product")  # engine/ensemble.py COMBINES (not imported: --help stays light)
 PROXY_WEIGHTS = (1.0, 1.0, -1.0)  # base + expert - anti-expert
@@ -61,6 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_prefix_arguments(parser)
     add_model_arguments(parser)
+    add_engine_arguments(parser)
+    add_fim_arguments(parser)
     parser.add_argument(
         "--method",
         choices=METHODS,
@@ -211,6 +228,8 @@ def ensemble_spec(args: argparse.Namespace) -> tuple[list[str], list[float], str
         return None
     if args.tokenizer or args.model != default_model_arg():
         raise CommandError("with an ensemble, name the models after --ensemble, not --model")
+    if read_suffix(args) is not None or args.fim not in ("auto", "off"):
+        raise CommandError("fill-in-the-middle (--suffix, --fim) needs one model, not an ensemble")
     if args.proxy_tune and args.combine not in (None, "product"):
         raise CommandError("--proxy-tune is a product of the models (no --combine mix)")
     default = PROXY_WEIGHTS if args.proxy_tune else [1.0] * len(dirs)
@@ -239,4 +258,21 @@ def load_single(args: argparse.Namespace) -> Any:
     from midword.engine.generate import Completer
 
     model, engine = load_model_and_engine(args)
-    return Completer(model, engine)
+    template = fim_template(args, model, engine)
+    if template is not None:
+        return _Middle(model, engine, template, read_suffix(args) or b"")
+    remote = getattr(model, "completer", None)  # a remote engine streams its generation
+    return remote(engine) if remote is not None else Completer(model, engine)
+
+
+class _Middle:
+    """``complete(prefix, settings)``: the middle between the prefix and the command's
+    suffix, by a `FimCompleter` (one KV session for all the prefixes)."""
+
+    def __init__(self, model: Any, engine: Any, template: Any, suffix: bytes) -> None:
+        from midword.engine.fim import FimCompleter
+
+        self.completer, self.suffix = FimCompleter(model, engine, template), suffix
+
+    def complete(self, prefix: bytes, settings: Any) -> Any:
+        return self.completer.complete(prefix, self.suffix, settings)

@@ -21,6 +21,12 @@ character it does not know).
 "prefix_logprob" is log P(prefix) (null only if it is not a finite number);
 "inference_tokens" counts the tokens the model evaluated to answer.
 
+With --suffix TEXT or --suffix-file PATH and a model trained for fill-in-the-middle
+(--fim auto|NAME, docs/fim.md), the distribution is the middle's at the cursor;
+"prefix_logprob" is then log P of the bytes the covering tree covers given the FIM
+prompt: the prefix (templates whose prefix and middle share one token segment) or
+nothing (the others: 0).
+
 Several prefixes (PREFIX ... and --prefix-file F ..., in that order) need --json
 and print one object per line (JSON Lines), in order. The model loads once and
 keeps its cache from one prefix to the next, so a prefix that starts like the one
@@ -41,12 +47,21 @@ from typing import Any
 
 from midword.cli import CommandError, print_json
 from midword.cmd_tree import add_prefix_arguments, read_prefixes
-from midword.modelargs import add_model_arguments, load_model_and_engine
+from midword.modelargs import (
+    add_engine_arguments,
+    add_fim_arguments,
+    add_model_arguments,
+    fim_template,
+    load_model_and_engine,
+    read_suffix,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_prefix_arguments(parser)
     add_model_arguments(parser)
+    add_engine_arguments(parser)
+    add_fim_arguments(parser)
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object per prefix (see above)"
     )
@@ -58,18 +73,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from midword.engine import PrefixError
     from midword.engine.backend import BackendError
+    from midword.engine.fim import PromptedModel, move_sampler
     from midword.engine.sampling import ByteSampler
 
     prefixes = read_prefixes(args)
     model, engine = load_model_and_engine(args)
+    template = fim_template(args, model, engine)
+    if template is not None:
+        model = PromptedModel(model)  # its session's context is the FIM prompt
     try:
-        sampler = ByteSampler(model, engine)
+        # a remote model's sampler asks for only the log-probs it reads (chosen ids)
+        remote = getattr(model, "byte_sampler", None)
+        sampler = remote(engine) if remote is not None else ByteSampler(model, engine)
     except BackendError as exc:
         raise CommandError(str(exc)) from exc
     for prefix in prefixes:
         spent = sampler.session.inference_tokens  # the session counts from its start
         try:
-            sampler.reset(prefix)
+            if template is None:
+                sampler.reset(prefix)
+            else:
+                move_sampler(sampler, template, prefix, read_suffix(args) or b"")
             dist = sampler.next_bytes()
         except (PrefixError, BackendError) as exc:
             raise CommandError(str(exc)) from exc

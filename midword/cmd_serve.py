@@ -29,6 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["error", "warning", "info", "debug"],
         help="initial log level (the client's logLevel option overrides it)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("local", "vllm"),
+        help="where the model runs: local (in process) or vllm (the server at --url); the "
+        "client's engine setting overrides it",
+    )
+    parser.add_argument("--url", metavar="URL", help="the vLLM server (engineUrl)")
+    parser.add_argument("--engine-model", metavar="NAME", help="the served model (engineModel)")
 
 
 def _tcp_address(value: str) -> tuple[str, int]:
@@ -48,6 +56,25 @@ def _protocol_stdout() -> BinaryIO:
     return os.fdopen(protocol_fd, "wb", buffering=0)
 
 
+def _engine_defaults(args: argparse.Namespace) -> None:
+    """--engine/--url/--engine-model as the options' start-up defaults."""
+    changes = {
+        name: value
+        for name, value in (
+            ("engine", args.engine),
+            ("engine_url", args.url),
+            ("engine_model", args.engine_model),
+        )
+        if value is not None
+    }
+    if changes.get("engine_url") and not changes["engine_url"].startswith(("http://", "https://")):
+        raise CommandError(f"--url must start with http:// or https://, got {args.url!r}")
+    if changes:
+        from midword.server.options import set_defaults
+
+        set_defaults(**changes)
+
+
 def run(args: argparse.Namespace) -> int:
     address = _tcp_address(args.tcp) if args.tcp else None
     from midword.server.logs import setup_logging
@@ -55,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from midword.server.server import build_server
 
     setup_logging(args.log_level, args.log_file)
+    _engine_defaults(args)
     fix_mmap_threshold()  # closed documents' memory goes back to the OS (server/memory.py)
     server = build_server()
     if address is not None:

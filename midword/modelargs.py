@@ -33,6 +33,23 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """--engine/--url/--engine-model: score on a vLLM server (the tokenizer stays local)."""
+    parser.add_argument(
+        "--engine",
+        choices=("local", "vllm"),
+        default="local",
+        help="where the model runs: local (default, in process) or vllm (a vLLM server at "
+        "--url; --model then only gives the tokenizer; API key from MIDWORD_ENGINE_API_KEY)",
+    )
+    parser.add_argument("--url", metavar="URL", help="the vLLM server, e.g. http://gpu-box:8000")
+    parser.add_argument(
+        "--engine-model",
+        metavar="NAME",
+        help="the served model's name (default: the one model the server serves)",
+    )
+
+
 def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
     """(HFModel, Engine) from --model/--tokenizer/--device/--dtype; CommandError on failure.
 
@@ -49,12 +66,15 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
             args.model = str(default_model())
         except ModelNotFoundError as exc:
             raise CommandError(str(exc)) from exc
-    try:
-        resolve_device(args.device)  # a device that is not there fails before any loading
+    try:  # a device that is not there fails before any loading (a remote engine has its own)
+        if getattr(args, "engine", "local") == "local":
+            resolve_device(args.device)
     except BackendError as exc:
         raise CommandError(str(exc)) from exc
     if args.model == default_model_arg():
         note_default_model()
+    if getattr(args, "engine", "local") != "local":
+        return connect_remote(args)
     source = prepare_model_source(args.model, args.device, args.dtype)
     try:
         engine = load_engine(args.tokenizer or source)
@@ -69,6 +89,27 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
             f"the model's vocabulary ({model.vocab_size}) is smaller than the tokenizer's "
             f"({engine.tok.size}): they do not belong together"
         )
+    return model, engine
+
+
+def connect_remote(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(VLLMModel, Engine): the local tokenizer of --model, checked against --url's."""
+    from midword.engine import load_engine
+    from midword.engine.backend import BackendError
+    from midword.engine.tokenizer import TokenizerError
+    from midword.engine.vllm_backend import connect_vllm
+
+    if not args.url:
+        raise CommandError("--engine vllm needs --url (e.g. http://127.0.0.1:8000)")
+    source = prepare_model_source(args.model, "cpu", args.dtype)
+    try:
+        engine = load_engine(args.tokenizer or source)
+    except (TokenizerError, OSError) as exc:
+        raise CommandError(f"cannot load the tokenizer: {exc}") from exc
+    try:
+        model = connect_vllm(args.url, engine, model_name=args.engine_model, model_dir=source)
+    except BackendError as exc:
+        raise CommandError(str(exc)) from exc
     return model, engine
 
 
@@ -89,3 +130,56 @@ def note_default_model() -> None:
     note = default_model_note()
     if note is not None:
         print(f"midword: {note}", file=sys.stderr)
+
+
+def add_fim_arguments(parser: argparse.ArgumentParser) -> None:
+    """--fim, --suffix and --suffix-file (fill-in-the-middle, docs/fim.md)."""
+    parser.add_argument(
+        "--fim",
+        default="auto",
+        metavar="auto|off|TEMPLATE",
+        help="fill-in-the-middle template: auto (default: the model's own, if it has FIM "
+        "tokens, when a suffix is given), off, or a name (qwen, qwen-spm, deepseek, "
+        "starcoder, starcoder-spm, codellama, codestral)",
+    )
+    suffix = parser.add_mutually_exclusive_group()
+    suffix.add_argument(
+        "--suffix", metavar="TEXT", help="text after the cursor (fill-in-the-middle)"
+    )
+    suffix.add_argument(
+        "--suffix-file", metavar="PATH", help="file whose bytes come after the cursor"
+    )
+
+
+def read_suffix(args: argparse.Namespace) -> bytes | None:
+    """The --suffix / --suffix-file bytes, or None when neither is given."""
+    if args.suffix is not None:
+        return args.suffix.encode("utf-8", errors="surrogateescape")
+    if args.suffix_file is not None:
+        try:
+            with open(args.suffix_file, "rb") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise CommandError(f"cannot read --suffix-file: {exc}") from exc
+    return None
+
+
+def fim_template(args: argparse.Namespace, model: Any, engine: Any) -> Any:
+    """The FIM template to use (None: prefix-only). ``auto`` uses one only when a suffix
+    is given and says on stderr when the model has none; a named template the tokenizer
+    cannot spell is a CommandError."""
+    from midword.engine.fim import FimError, loaded_model_config, resolve_fim
+
+    suffix = read_suffix(args)
+    if args.fim == "off" or (args.fim == "auto" and suffix is None):
+        return None
+    if getattr(args, "engine", "local") != "local":
+        raise CommandError("fill-in-the-middle (--suffix, --fim) runs on a local model")
+    try:
+        template = resolve_fim(args.fim, engine.tok, loaded_model_config(model))
+    except FimError as exc:
+        raise CommandError(str(exc)) from exc
+    if template is None:
+        note = "FIM off (the model has no FIM tokens): the suffix is ignored"
+        print(f"midword: {note}", file=sys.stderr)
+    return template

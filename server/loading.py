@@ -59,6 +59,9 @@ def usable_device(options: ServerOptions) -> tuple[ServerOptions, str]:
     unless ``device_fallback`` allows serving on the best device there is instead.
     """
     from midword.engine.backend import BackendError
+
+    if options.engine != "local":
+        return options, ""  # the engine runs the model: no torch device here
     from midword.engine.hf_backend import resolve_device
 
     try:
@@ -73,7 +76,12 @@ def usable_device(options: ServerOptions) -> tuple[ServerOptions, str]:
 
 
 def load_backend(options: ServerOptions, names: list[str], on_progress: ProgressFn) -> Backend:
-    """One model, or the members of the configured ensemble (weights checked first)."""
+    """One model, or the members of the configured ensemble (weights checked first), or a
+    remote engine (server/engine_remote.py) with the local tokenizer of ``names[0]``."""
+    if options.engine != "local":
+        from .engine_remote import load_remote
+
+        return load_remote(options, names[0], on_progress)
     if not options.ensemble:
         return SingleModel(*_load_parts(options, names[0], 0, 1, on_progress))
     from midword.engine.ensemble import check_weights

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 # the engine's choices, where it defines them (this imports numpy, not torch)
@@ -37,6 +37,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 MULTILINE = ("auto", "always", "never")
 LOG_LEVELS = ("error", "warning", "info", "debug")
 CONTEXT_FILES = ("auto", "off")
+ENGINES = ("local", "vllm")  # local: the model in process; vllm: a vLLM server at engineUrl
 # a change to these reloads the model(s)
 RELOAD_FIELDS = (
     "model",
@@ -46,6 +47,9 @@ RELOAD_FIELDS = (
     "ensemble",
     "ensemble_weights",
     "ensemble_combine",
+    "engine",
+    "engine_url",
+    "engine_model",
 )
 
 
@@ -79,6 +83,11 @@ class ServerOptions:
     # snippets of other open files of the same language go before the window (context_files.py)
     context_files: str = "auto"
     context_bytes: int = 1024  # their budget in the prompt
+    # where the model runs: in process, or a vLLM server (server/engine_remote.py); the
+    # tokenizer still comes from ``model`` (a local folder), the API key from the environment
+    engine: str = "local"
+    engine_url: str = ""
+    engine_model: str = ""  # the served model's name ("" = the one the server serves)
 
 
 Check = Callable[[Any], bool]
@@ -149,6 +158,13 @@ _SPEC: dict[str, tuple[str, Check, str]] = {
     ),
     "context_files": ("contextFiles", *_one_of(CONTEXT_FILES)),
     "context_bytes": ("contextBytes", _integer(0), "an integer >= 0"),
+    "engine": ("engine", *_one_of(ENGINES)),
+    "engine_url": (
+        "engineUrl",
+        lambda v: isinstance(v, str) and (v == "" or v.startswith(("http://", "https://"))),
+        "an http:// or https:// URL",
+    ),
+    "engine_model": ("engineModel", lambda v: isinstance(v, str), "a string"),
 }
 
 
@@ -161,7 +177,7 @@ def _unwrap(raw: Any) -> Mapping[str, Any]:
 
 def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOptions, list[str]]:
     """Options from a JSON object; keys it lacks keep ``base`` (default: the defaults)."""
-    base = base or ServerOptions()
+    base = base or _defaults
     data = _unwrap(raw)
     problems: list[str] = []
     if raw is not None and not isinstance(raw, Mapping):
@@ -181,6 +197,16 @@ def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOp
             )
             values[f.name] = default
     return ServerOptions(**values), problems
+
+
+_defaults = ServerOptions()  # what a missing key takes at start (set_defaults)
+
+
+def set_defaults(**changes: Any) -> None:
+    """Start-up defaults from the command line (``midword serve --engine vllm --url U``);
+    the client's settings still override them."""
+    global _defaults
+    _defaults = replace(_defaults, **changes)
 
 
 def needs_reload(old: ServerOptions, new: ServerOptions) -> bool:

@@ -205,6 +205,14 @@ class ModelHost:
         self._documents.clear()
         freeze_heap()  # before "ready": the collection pause belongs to the load
         self._set_status(Status("ready", name, f"ready ({note})" if note else "ready"))
+        watch = getattr(backend, "watch_health", None)  # a remote engine reports its own state
+        if watch is not None:
+            watch(lambda state, message: self._engine_status(backend, name, state, message))
+
+    def _engine_status(self, backend: Backend, name: str, state: str, message: str) -> None:
+        """A remote engine's health (any thread): the status, while it is the one in use."""
+        if self._backend is backend:
+            self._set_status(Status(state, name, message))
 
     # ------------------------------------------------------------------ documents
     def is_live(self, uri: str) -> bool:

@@ -28,6 +28,7 @@ export const MODES = ['pbp', 'bytes'] as const;
 export const ENSEMBLE_COMBINE = ['mix', 'product'] as const;
 export const MULTILINE = ['auto', 'always', 'never'] as const;
 export const LOG_LEVELS = ['error', 'warning', 'info', 'debug'] as const;
+export const ENGINES = ['local', 'vllm'] as const;
 
 export interface ServerOptions {
   /** Model folder; "" = the default model shipped with midword. Reload. */
@@ -63,6 +64,12 @@ export interface ServerOptions {
   acceptanceLog: boolean;
   /** When `device` is missing, serve on the best device there is instead of failing. */
   deviceFallback: boolean;
+  /** local = in process; vllm = a vLLM server at `engineUrl` (API key from MIDWORD_ENGINE_API_KEY). Reload. */
+  engine: (typeof ENGINES)[number];
+  /** The vLLM server's URL (http:// or https://). Reload. */
+  engineUrl: string;
+  /** The served model's name; "" = the one the server serves. Reload. */
+  engineModel: string;
 }
 
 export type ServerOptionKey = keyof ServerOptions;
@@ -76,6 +83,9 @@ export const RELOAD_OPTION_KEYS: readonly ServerOptionKey[] = [
   'ensemble',
   'ensembleWeights',
   'ensembleCombine',
+  'engine',
+  'engineUrl',
+  'engineModel',
 ];
 
 /** Every server option, in the order they are sent. */
@@ -117,6 +127,9 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
   maxItems: 3,
   acceptanceLog: true,
   deviceFallback: true,
+  engine: 'local',
+  engineUrl: '',
+  engineModel: '',
 });
 
 /** Reads one setting by its key relative to `midword.` (e.g. `topP`); `undefined` when unset. */
@@ -178,6 +191,13 @@ const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expect
   maxItems: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
   acceptanceLog: { check: isBoolean, expected: 'true or false' },
   deviceFallback: { check: isBoolean, expected: 'true or false' },
+  engine: { check: oneOf(ENGINES), expected: ENGINES.join(' | ') },
+  engineUrl: {
+    check: (value: unknown): value is string =>
+      typeof value === 'string' && (value === '' || /^https?:\/\//.test(value)),
+    expected: 'an http:// or https:// URL',
+  },
+  engineModel: { check: isString, expected: 'a string' },
 };
 
 /** A fresh copy of an array value (so options never share the frozen fallbacks or VS Code's read-only objects). */

@@ -88,6 +88,9 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
       maxItems: 3,
       acceptanceLog: true,
       deviceFallback: true,
+      engine: 'local',
+      engineUrl: '',
+      engineModel: '',
     });
     const item = s.vscode.statusItems[0];
     assert.ok(item?.visible);

@@ -33,6 +33,9 @@ const SPEC_DEFAULTS = {
   maxItems: 3,
   acceptanceLog: true,
   deviceFallback: true,
+  engine: 'local',
+  engineUrl: '',
+  engineModel: '',
 };
 
 describe('settings -> initializationOptions', () => {
@@ -76,6 +79,9 @@ describe('settings -> initializationOptions', () => {
       maxItems: 5,
       acceptanceLog: false,
       deviceFallback: false,
+      engine: 'vllm',
+      engineUrl: 'https://gpu-box:8000',
+      engineModel: 'qwen-coder',
       enable: false,
       'python.path': '/usr/bin/python3',
     };
@@ -211,7 +217,7 @@ describe('settings -> initializationOptions', () => {
     const manifest = readPackageJson() as { capabilities: { untrustedWorkspaces: { restrictedConfigurations: string[] } } };
     assert.deepEqual(
       [...manifest.capabilities.untrustedWorkspaces.restrictedConfigurations].sort(),
-      ['midword.ensemble', 'midword.model', 'midword.python.path'],
+      ['midword.engine', 'midword.engineUrl', 'midword.ensemble', 'midword.model', 'midword.python.path'],
     );
   });
 
