@@ -26,6 +26,7 @@ from typing import Any
 
 # the engine's choices, where it defines them (this imports numpy, not torch)
 from midword.engine.ensemble import COMBINES
+from midword.engine.fim import FIM_CHOICES
 from midword.engine.generate import METHODS, MODES
 from midword.engine.hf_backend import DTYPES
 
@@ -50,6 +51,7 @@ RELOAD_FIELDS = (
     "engine",
     "engine_url",
     "engine_model",
+    "fim",  # the template is chosen when the model loads (its tokens, its config)
 )
 
 
@@ -88,6 +90,10 @@ class ServerOptions:
     engine: str = "local"
     engine_url: str = ""
     engine_model: str = ""  # the served model's name ("" = the one the server serves)
+    # fill-in-the-middle (docs/fim.md): auto = the model's own template if it has one, off,
+    # or a template name; the text after the cursor, up to suffixBytes, ends on a line
+    fim: str = "auto"
+    suffix_bytes: int = 1024
 
 
 Check = Callable[[Any], bool]
@@ -165,6 +171,8 @@ _SPEC: dict[str, tuple[str, Check, str]] = {
         "an http:// or https:// URL",
     ),
     "engine_model": ("engineModel", lambda v: isinstance(v, str), "a string"),
+    "fim": ("fim", *_one_of(FIM_CHOICES)),
+    "suffix_bytes": ("suffixBytes", _integer(0), "an integer >= 0"),
 }
 
 

@@ -28,6 +28,18 @@ export const MODES = ['pbp', 'bytes'] as const;
 export const ENSEMBLE_COMBINE = ['mix', 'product'] as const;
 export const MULTILINE = ['auto', 'always', 'never'] as const;
 export const LOG_LEVELS = ['error', 'warning', 'info', 'debug'] as const;
+/** Fill-in-the-middle templates (the server's engine/fim.py TEMPLATES), plus auto and off. */
+export const FIM_CHOICES = [
+  'auto',
+  'off',
+  'qwen',
+  'qwen-spm',
+  'deepseek',
+  'starcoder',
+  'starcoder-spm',
+  'codellama',
+  'codestral',
+] as const;
 export const ENGINES = ['local', 'vllm'] as const;
 
 export interface ServerOptions {
@@ -70,6 +82,10 @@ export interface ServerOptions {
   engineUrl: string;
   /** The served model's name; "" = the one the server serves. Reload. */
   engineModel: string;
+  /** Fill-in-the-middle: auto = the model's own template (if it has FIM tokens), off, or a template. Reload. */
+  fim: (typeof FIM_CHOICES)[number];
+  /** Bytes of text after the cursor in a FIM prompt (whole lines after the cursor's). */
+  suffixBytes: number;
 }
 
 export type ServerOptionKey = keyof ServerOptions;
@@ -86,6 +102,7 @@ export const RELOAD_OPTION_KEYS: readonly ServerOptionKey[] = [
   'engine',
   'engineUrl',
   'engineModel',
+  'fim',
 ];
 
 /** Every server option, in the order they are sent. */
@@ -102,6 +119,7 @@ export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
   'logLevel',
   'maxItems',
   'acceptanceLog',
+  'suffixBytes',
 ];
 
 /**
@@ -130,6 +148,8 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
   engine: 'local',
   engineUrl: '',
   engineModel: '',
+  fim: 'auto',
+  suffixBytes: 1024,
 });
 
 /** Reads one setting by its key relative to `midword.` (e.g. `topP`); `undefined` when unset. */
@@ -198,6 +218,8 @@ const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expect
     expected: 'an http:// or https:// URL',
   },
   engineModel: { check: isString, expected: 'a string' },
+  fim: { check: oneOf(FIM_CHOICES), expected: FIM_CHOICES.join(' | ') },
+  suffixBytes: { check: numberIn(0, Infinity, { integer: true }), expected: 'an integer >= 0' },
 };
 
 /** A fresh copy of an array value (so options never share the frozen fallbacks or VS Code's read-only objects). */

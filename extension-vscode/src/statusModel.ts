@@ -15,6 +15,8 @@ export interface ServerStatus {
   model: string;
   message: string;
   latencyMs: number | null;
+  /** Fill-in-the-middle template in use, or "off"; absent when the server does not say. */
+  fim?: string;
 }
 
 /** A `$/progress` value (LSP WorkDoneProgressBegin / Report / End). */
@@ -55,7 +57,7 @@ export function parseServerStatus(params: unknown): ServerStatus | undefined {
   if (!isRecord(params)) {
     return undefined;
   }
-  const { state, model, message, latencyMs } = params;
+  const { state, model, message, latencyMs, fim } = params;
   if (state !== 'loading' && state !== 'ready' && state !== 'error') {
     return undefined;
   }
@@ -64,7 +66,13 @@ export function parseServerStatus(params: unknown): ServerStatus | undefined {
     model: typeof model === 'string' ? model : '',
     message: typeof message === 'string' ? message : '',
     latencyMs: typeof latencyMs === 'number' && Number.isFinite(latencyMs) && latencyMs >= 0 ? latencyMs : null,
+    ...(typeof fim === 'string' && fim !== '' ? { fim } : {}),
   };
+}
+
+/** Status bar words for the FIM template ("FIM off", "FIM qwen-spm"); "" when unknown. */
+export function fimLabel(fim: string | undefined): string {
+  return fim === undefined ? '' : `FIM ${fim}`;
 }
 
 /** Validates a `$/progress` value; undefined when it is not a work-done progress value. */
@@ -255,15 +263,17 @@ export class StatusModel {
     const latency = this.latencyMs;
     const latencyText = latency !== undefined ? ` ${formatLatency(latency)}` : '';
     const name = model !== '' ? ` ${shortModelName(model)}` : '';
+    const fim = fimLabel(this.server?.fim);
     const lines = [
       `midword ready${model !== '' ? `: ${model}` : ''}`,
+      fim !== '' ? `Fill-in-the-middle: ${this.server?.fim ?? ''}` : undefined,
       this.server?.message !== undefined && this.server.message !== '' ? this.server.message : undefined,
       this.serverLatencyMs !== undefined ? `Last completion: ${formatLatency(this.serverLatencyMs)} (server)` : undefined,
       this.clientLatencyMs !== undefined ? `Last round trip: ${formatLatency(this.clientLatencyMs)}` : undefined,
     ].filter((line): line is string => line !== undefined);
     return {
       kind: 'ready',
-      text: `$(sparkle) midword${name}${latencyText}`,
+      text: `$(sparkle) midword${name}${fim !== '' ? ` · ${fim}` : ''}${latencyText}`,
       tooltip: `${lines.join('\n')}${interpreter}\n\n${CLICK_FOR_LOG}`,
       command: 'midword.showLog',
       error: false,

@@ -36,6 +36,8 @@ const SPEC_DEFAULTS = {
   engine: 'local',
   engineUrl: '',
   engineModel: '',
+  fim: 'auto',
+  suffixBytes: 1024,
 };
 
 describe('settings -> initializationOptions', () => {
@@ -82,6 +84,8 @@ describe('settings -> initializationOptions', () => {
       engine: 'vllm',
       engineUrl: 'https://gpu-box:8000',
       engineModel: 'qwen-coder',
+      fim: 'qwen-spm',
+      suffixBytes: 2048,
       enable: false,
       'python.path': '/usr/bin/python3',
     };

@@ -155,6 +155,8 @@ describe('status bar model', () => {
       latencyMs: 12,
     });
     assert.deepEqual(parseServerStatus({ state: 'loading' }), { state: 'loading', model: '', message: '', latencyMs: null });
+    assert.equal(parseServerStatus({ state: 'ready', fim: 'qwen-spm' })?.fim, 'qwen-spm');
+    assert.equal(parseServerStatus({ state: 'ready', fim: 3 })?.fim, undefined);
     assert.equal(parseServerStatus({ state: 'busy' }), undefined);
     assert.equal(parseServerStatus(null), undefined);
     assert.equal(parseServerStatus({ state: 'ready', latencyMs: -5 })?.latencyMs, null);
@@ -166,6 +168,19 @@ describe('status bar model', () => {
     });
     assert.equal(parseProgressValue({ kind: 'other' }), undefined);
     assert.equal(parseProgressValue('x'), undefined);
+  });
+
+  it('shows the fill-in-the-middle template, or FIM off, when the server says', () => {
+    const model = new StatusModel();
+    model.setPhase('running');
+    model.onServerStatus({ state: 'ready', model: 'SmolLM2-135M', message: '', latencyMs: null, fim: 'off' });
+    assert.match(model.view().text, /midword SmolLM2-135M · FIM off/);
+    model.onServerStatus({ state: 'ready', model: 'default', message: '', latencyMs: 40, fim: 'qwen-spm' });
+    const view = model.view();
+    assert.match(view.text, /· FIM qwen-spm 40 ms/);
+    assert.match(view.tooltip, /Fill-in-the-middle: qwen-spm/);
+    model.onServerStatus({ state: 'ready', model: 'm', message: '', latencyMs: null });
+    assert.doesNotMatch(model.view().text, /FIM/);
   });
 
   it('formats names and latencies', () => {
