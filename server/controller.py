@@ -28,7 +28,7 @@ from .document import Cursor, Document, Range
 from .options import ServerOptions, needs_reload, parse_options
 from .positions import from_index
 from .reuse import TypedThrough
-from .scope import IndentCounts, Scope, identifier_split, scope_for
+from .scope import IndentCounts, Scope, identifier_split, scope_for, suffix_window
 from .trim import following_lines, trim_repeats
 from .worker import Answer, ModelHost, Request, Status, Superseded
 
@@ -269,6 +269,7 @@ class Controller:
             is_current=lambda: not cancelled.is_set() and asked.current_in(documents),
             request_id=request_id,
             version=doc.version,
+            suffix=self._suffix(doc, cursor),
         )
         future = self.host.submit(request)
         job = self._jobs[doc.uri] = _Job(question, future, asyncio.wrap_future(future), cancelled)
@@ -281,6 +282,13 @@ class Controller:
         if self.options.context_files == "off":
             return window
         return self._context.block(doc, self.documents, self.options.context_bytes) + window
+
+    def _suffix(self, doc: Document, cursor: Cursor) -> bytes:
+        """The text after the cursor for a fill-in-the-middle model's prompt (b"" when the
+        model has no FIM template): whole lines, up to suffixBytes (docs/fim.md)."""
+        if self.host.status.fim in ("", "off"):
+            return b""
+        return suffix_window(doc.lines, cursor.line, cursor.index, self.options.suffix_bytes)
 
     def _indent_unit(self, doc: Document, cursor: Cursor) -> str:
         """`indent_unit` of the lines up to the cursor's; the tallies of the lines above it

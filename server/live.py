@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
     from midword.engine import Engine
     from midword.engine.ensemble import Ensemble
+    from midword.engine.fim import FimCompleter, FimTemplate
     from midword.engine.generate import Completer, Completion, Settings
 
-__all__ = ["Backend", "EnsembleModels", "LiveDocument", "SingleModel"]
+__all__ = ["Backend", "EnsembleModels", "FimDocument", "LiveDocument", "SingleModel"]
 
 StopFn = Callable[[], bool] | None
 CutFn = Callable[[str], int | None] | None
@@ -169,16 +170,79 @@ class SingleDocument:
         return _tree_json(self.completer.sampler.vct)
 
 
-class SingleModel:
-    """One model and its engine."""
+class FimDocument:
+    """A document served by one model trained for fill-in-the-middle (docs/fim.md): the
+    prompt holds the window's suffix, set per request (`set_suffix`) and kept for the
+    background syncs between requests (typing does not change the text after the cursor).
+    The KV cache holds ``start + context + trunk``: an SPM template's context is the suffix
+    alone, so typing reuses it all; a PSM template's context ends with the suffix after the
+    prefix, which every keystroke evaluates again."""
 
-    def __init__(self, model: Any, engine: Engine) -> None:
-        self.model, self.engine = model, engine
+    def __init__(self, completer: FimCompleter) -> None:
+        self.fim = completer
+        self.suffix = b""
+        self.cover = _Coverage(completer.engine.missing_bytes)
+
+    @property
+    def inference_tokens(self) -> int:
+        return self.fim.session.inference_tokens
+
+    def set_suffix(self, suffix: bytes) -> None:
+        self.suffix = suffix
+
+    def _move(self, prefix: bytes, should_stop: StopFn) -> list[int]:
+        """The prompt at this cursor with its settled part prefilled; returns that part."""
+        sampler = self.fim.completer.sampler
+        sampler.reset(self.fim.move_to(self.cover(prefix), self.suffix))
+        settled = [*self.fim.session.context, *sampler.vct.tree().trunk]
+        prefill(self.fim.session.inner, settled, should_stop)
+        return settled
+
+    def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
+        self.fim.session.inner.logprobs(self._move(prefix, should_stop), [()])
+
+    def prepare(self, prefix: bytes, method: str, should_stop: StopFn = None) -> None:
+        self._move(prefix, should_stop)
+        if method == "bytesampler":
+            self.fim.completer.leaf_set()  # scores the tree once; every item reuses the rows
+
+    def complete(
+        self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
+    ) -> Completion:
+        return self.fim.complete(
+            self.cover(prefix),
+            self.suffix,
+            settings,
+            should_stop=should_stop,
+            cut=cut,
+            deadline=deadline,
+        )
+
+    def state(self) -> dict[str, Any]:
+        tree = _tree_json(self.fim.completer.sampler.vct)
+        context = len(self.fim.session.context)
+        return {**tree, "fim": self.fim.template.name, "contextTokens": context}
+
+
+class SingleModel:
+    """One model and its engine; ``fim``: its fill-in-the-middle template (None: off)."""
+
+    def __init__(self, model: Any, engine: Engine, fim: FimTemplate | None = None) -> None:
+        self.model, self.engine, self.fim = model, engine, fim
         self._specials = tuple(a.content for a in engine.tok.added)  # asked every request
 
-    def document(self) -> SingleDocument:
+    @property
+    def fim_name(self) -> str:
+        """What the status says: the template's name, or "off"."""
+        return self.fim.name if self.fim is not None else "off"
+
+    def document(self) -> SingleDocument | FimDocument:
         from midword.engine.generate import Completer
 
+        if self.fim is not None:
+            from midword.engine.fim import FimCompleter
+
+            return FimDocument(FimCompleter(self.model, self.engine, self.fim))
         return SingleDocument(Completer(self.model, self.engine))
 
     def special_texts(self) -> tuple[str, ...]:

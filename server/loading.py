@@ -83,7 +83,8 @@ def load_backend(options: ServerOptions, names: list[str], on_progress: Progress
 
         return load_remote(options, names[0], on_progress)
     if not options.ensemble:
-        return SingleModel(*_load_parts(options, names[0], 0, 1, on_progress))
+        model, engine = _load_parts(options, names[0], 0, 1, on_progress)
+        return SingleModel(model, engine, fim_template(options.fim, model, engine))
     from midword.engine.ensemble import check_weights
 
     weights = options.ensemble_weights or (1.0,) * len(names)
@@ -92,6 +93,20 @@ def load_backend(options: ServerOptions, names: list[str], on_progress: Progress
         _load_parts(options, name, k, len(names), on_progress) for k, name in enumerate(names)
     ]
     return EnsembleModels(members, weights, options.ensemble_combine)
+
+
+def fim_template(setting: str, model: Any, engine: Engine) -> Any:
+    """The FIM template for the ``fim`` option (None: prefix-only). A template the
+    tokenizer cannot spell is logged, and completions stay prefix-only."""
+    from midword.engine.fim import FimError, loaded_model_config, resolve_fim
+
+    try:
+        template = resolve_fim(setting, engine.tok, loaded_model_config(model))
+    except FimError as exc:
+        log.warning("fill-in-the-middle off: %s", exc)
+        return None
+    log.info("fill-in-the-middle: %s", template.name if template is not None else "off")
+    return template
 
 
 def _load_parts(

@@ -27,7 +27,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["IndentCounts", "Scope", "finalize", "identifier_split", "indent_unit", "scope_for"]
+__all__ = [
+    "IndentCounts",
+    "Scope",
+    "finalize",
+    "identifier_split",
+    "indent_unit",
+    "scope_for",
+    "suffix_window",
+]
 
 OPENERS = (":", "{", "(", "[", "=>")
 TAB_WIDTH = 4
@@ -222,3 +230,27 @@ def identifier_split(line_prefix: str, completion: str) -> tuple[str, str]:
     partial = _IDENT_TAIL.search(line_prefix).group()
     continuation = _IDENT_HEAD.match(completion).group()
     return partial, continuation
+
+
+def suffix_window(lines: Sequence[str], line: int, index: int, limit: int) -> bytes:
+    """The text after the cursor that a fill-in-the-middle prompt holds: the rest of the
+    cursor's line (``lines`` keep their endings; ``index`` is the cursor's in its line),
+    then the whole lines after it while the UTF-8 size stays within ``limit``. It ends on a
+    line boundary, and typing before the cursor leaves it as it is.
+
+    >>> suffix_window(["x = f(\\n", "a)\\n", "print(x)\\n", ""], 0, 6, 12)
+    b'\\na)\\n'
+    >>> suffix_window(["abcdef"], 0, 1, 3)
+    b'bcd'
+    """
+    rest = lines[line][index:].encode("utf-8")
+    if len(rest) >= limit:  # one long line: cut it (at a character)
+        return rest[:limit].decode("utf-8", "ignore").encode("utf-8")
+    parts, size = [rest], len(rest)
+    for number in range(line + 1, len(lines)):
+        data = lines[number].encode("utf-8")
+        if size + len(data) > limit:
+            break
+        parts.append(data)
+        size += len(data)
+    return b"".join(parts)

@@ -8,6 +8,9 @@ with their surrounding whitespace stripped; blank lines are skipped on both side
   next non-blank lines (up to `MATCH_LINES` of them must agree, so a lone ``}`` or
   ``pass`` in the middle of a completion does not cut it when the lines after differ).
 * A single-line completion that is the rest of the cursor's line is dropped.
+* With fill-in-the-middle the model sees the suffix and may run on into it: generation
+  stops as soon as a complete line after the first starts repeating the suffix's next
+  lines (`suffix_repeat_cut`), instead of being trimmed afterwards.
 
 >>> trim_repeats("x = 1\\ny = 2\\nz = 3", "", ["y = 2", "z = 3", "print(x)"], "")
 'x = 1'
@@ -21,9 +24,11 @@ with their surrounding whitespace stripped; blank lines are skipped on both side
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["MATCH_LINES", "following_lines", "trim_repeats"]
+__all__ = ["MATCH_LINES", "following_lines", "suffix_repeat_cut", "trim_repeats"]
+
+Cut = Callable[[str], "int | None"]  # text so far -> where it must end, or None
 
 MATCH_LINES = 3  # how many of the next document lines a repeat must match (fewer if it ends)
 
@@ -78,3 +83,41 @@ def following_lines(lines: Iterable[str], limit: int = 2 * MATCH_LINES + 8) -> l
             if len(found) >= limit:
                 break
     return found
+
+
+def suffix_repeat_cut(cut: Cut, suffix: bytes) -> Cut:
+    """``cut``, and also where the completion starts repeating the lines after the
+    cursor's line that ``suffix`` (a FIM prompt's text after the cursor) holds: before a
+    complete line, not the first, that with the complete lines after it equals the
+    suffix's next non-blank lines (`MATCH_LINES` of them, fewer if it has fewer).
+
+    >>> stop = suffix_repeat_cut(lambda text: None, b")\\n    total = a + b\\n    return total\\n")
+    >>> text = "\\n    total = a + b\\n    return total\\n"
+    >>> stop(text), stop("\\n    total = a + b\\n    return tot") is None
+    (0, True)
+    """
+    below = [line.strip() for line in suffix.decode("utf-8", "replace").split("\n")[1:]]
+    wanted = [line for line in below if line][:MATCH_LINES]
+    if not wanted:
+        return cut
+
+    def cut_or_repeat(text: str) -> int | None:
+        end = cut(text)
+        repeat = _repeat_start(text if end is None else text[:end], wanted)
+        return end if repeat is None else repeat
+
+    return cut_or_repeat
+
+
+def _repeat_start(text: str, wanted: list[str]) -> int | None:
+    """Index of the newline before the first complete line (after line 0) from which the
+    complete non-blank lines start with all of ``wanted``; None when there is none yet."""
+    lines = text.split("\n")
+    complete = [line.strip() for line in lines[:-1]]  # the last line may still grow
+    offset = len(lines[0])
+    for number in range(1, len(complete)):
+        mine = [line for line in complete[number:] if line]
+        if complete[number] and mine[: len(wanted)] == wanted:
+            return offset
+        offset += 1 + len(lines[number])
+    return None

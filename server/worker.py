@@ -45,6 +45,7 @@ from .memory import freeze_heap, release_memory, thaw_heap
 from .options import ServerOptions
 from .scheduler import Scheduler, Superseded
 from .scope import Scope, finalize
+from .trim import suffix_repeat_cut
 from .watch import ModelWatcher
 
 __all__ = ["Answer", "ModelHost", "Request", "Status", "Superseded", "default_model_dir"]
@@ -63,11 +64,14 @@ class Status:
     model: str
     message: str = ""
     latency_ms: float | None = None
+    fim: str = ""  # the fill-in-the-middle template in use, "off", or "" (not loaded)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"state": self.state, "model": self.model, "message": self.message}
         if self.latency_ms is not None:
             out["latencyMs"] = round(self.latency_ms, 1)
+        if self.fim:
+            out["fim"] = self.fim
         return out
 
 
@@ -85,6 +89,7 @@ class Request:
     is_current: Callable[[], bool] = lambda: True  # False: cancelled, or the document changed
     request_id: str = ""
     version: int | None = None  # the document version the prefix was taken from
+    suffix: bytes = b""  # the window after the cursor (a FIM model's prompt holds it)
 
 
 @dataclass
@@ -204,7 +209,8 @@ class ModelHost:
         self._backend = backend
         self._documents.clear()
         freeze_heap()  # before "ready": the collection pause belongs to the load
-        self._set_status(Status("ready", name, f"ready ({note})" if note else "ready"))
+        fim = getattr(backend, "fim_name", "off")  # a FIM template, or "off"
+        self._set_status(Status("ready", name, f"ready ({note})" if note else "ready", fim=fim))
         watch = getattr(backend, "watch_health", None)  # a remote engine reports its own state
         if watch is not None:
             watch(lambda state, message: self._engine_status(backend, name, state, message))
@@ -320,6 +326,9 @@ class ModelHost:
         held = self._document(req.uri)
         self._worker.take_background(req.uri)  # this request syncs the VCT itself
         tokens_before = held.live.inference_tokens
+        set_suffix = getattr(held.live, "set_suffix", None)  # a FIM document's prompt
+        if set_suffix is not None:
+            set_suffix(req.suffix)
         try:
             held.version = req.version
             held.live.prepare(req.prefix, req.settings[0].method, stop)
@@ -330,7 +339,8 @@ class ModelHost:
         # The budget bounds generation, not the prompt's first prefill: a cold buffer must
         # still get an answer (later keystrokes reuse the cache and are fast).
         deadline = time.perf_counter() + req.budget
-        self._sample_items(held.live, req, answer, deadline, stop)
+        cut = req.scope.cut if set_suffix is None else suffix_repeat_cut(req.scope.cut, req.suffix)
+        self._sample_items(held.live, req, answer, deadline, stop, cut)
         answer.tokens = held.live.inference_tokens - tokens_before
         answer.model_ms = _ms(started) - answer.sync_ms - answer.post_ms
         return answer
@@ -342,6 +352,7 @@ class ModelHost:
         answer: Answer,
         deadline: float,
         stop: Callable[[], bool],
+        cut: Callable[[str], int | None],
     ) -> None:
         from midword.engine.backend import BackendError
 
@@ -350,7 +361,7 @@ class ModelHost:
                 break
             try:
                 result = document.complete(
-                    req.prefix, settings, should_stop=stop, cut=req.scope.cut, deadline=deadline
+                    req.prefix, settings, should_stop=stop, cut=cut, deadline=deadline
                 )
             except BackendError as exc:
                 log.warning("completion failed: %s", exc)

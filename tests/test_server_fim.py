@@ -1,0 +1,140 @@
+"""Fill-in-the-middle through the language server: a completion that uses a name defined
+only below the cursor. The model is trained here, in seconds on the CPU, to copy a name
+from the suffix of prompts in the ``qwen-spm`` layout (its config.json names the
+template, so ``fim: auto`` finds it); with ``fim: off`` the same model cannot know the
+name, and the same assertion fails (the ``off`` run checks that it does)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from pytest_lsp import LanguageClient
+
+from midword.testing.vocab import with_special_tokens
+
+from .lsp_support import CONFIG, Buffer, Session, start
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SOURCE = Path(__file__).resolve().parent.parent / "models" / "default" / "tokenizer.json"
+# one token each, after a space, in the shipped tokenizer: copying one is one attention step
+NAMES = "value object string other module method header number message command event source"
+PREFIX = "result = "
+STEPS = 150
+
+
+def document(name: str) -> str:
+    """The prefix, then the suffix that alone says which name the prefix wants."""
+    return f"{PREFIX}\n\ndef {name}():\n    return 1\n"
+
+
+def train_copy_model(folder: Path) -> Path:
+    """A tiny Llama (float32, CPU) trained on FIM examples in the qwen-spm layout whose
+    middle is the name the suffix defines; saved with its tokenizer and template name."""
+    from midword.engine.fim import TEMPLATES
+    from midword.engine.tokenizer import load_tokenizer
+
+    from midword.testing.tiny_models import build_tiny_llama
+
+    template = TEMPLATES["qwen-spm"]
+    with_special_tokens(SOURCE, template.tokens, folder / "tokenizer.json")
+    tok = load_tokenizer(folder / "tokenizer.json")
+    end = tok.special_ids[0]
+    model = build_tiny_llama(tok.size, hidden=64, layers=2, heads=4, seed=0)
+    model.config.fim_template = template.name  # what `fim: auto` reads from config.json
+    rng = random.Random(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model.train()
+        for _ in range(STEPS):
+            batch = [_example(template, tok, rng.choice(NAMES.split()), end) for _ in range(16)]
+            loss = _batch_loss(model, batch, end)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    model.save_pretrained(str(folder))
+    return folder
+
+
+def _example(template, tok, name: str, end: int) -> tuple[list[int], list[int]]:
+    """(input ids, labels): the loss is on the middle and the end token only."""
+    suffix = document(name)[len(PREFIX) :]
+    context = template.prompt(tok, PREFIX.encode(), suffix.encode()).context
+    ids = [end, *template.training_tokens(tok, PREFIX, f"{name}()", suffix, end)]
+    scored = 1 + len(context)
+    return ids, [-100] * scored + ids[scored:]
+
+
+def _batch_loss(model, batch: list[tuple[list[int], list[int]]], pad: int):
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+    return model(input_ids=ids, labels=labels).loss
+
+
+@pytest.fixture(scope="module")
+def copy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_copy_model(tmp_path_factory.mktemp("fim_copy_model"))
+
+
+@pytest_lsp.fixture(config=CONFIG, scope="module", params=["auto", "off"])
+async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, copy_model: Path):
+    options = {"model": str(copy_model), "fim": request.param, "maxItems": 1, "maxTokens": 6}
+    session = await start(lsp_client, "visual-studio-code", options)
+    session.fim_setting = request.param  # type: ignore[attr-defined]
+    await session.wait_state("ready")
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def completions_for_names(session: Session) -> dict[str, str]:
+    """Name -> the inline completion at the end of ``PREFIX`` in a buffer defining it below."""
+    found: dict[str, str] = {}
+    for k, name in enumerate(NAMES.split()[:4]):
+        buf = Buffer(session.client, f"file:///tmp/fim_{k}.py", document(name))
+        buf.cursor = len(PREFIX)
+        items = await buf.inline(invoked=True)
+        found[name] = items[0] if items else ""
+        buf.close()
+    return found
+
+
+async def test_status_names_the_template_or_off(session: Session) -> None:
+    expected = "qwen-spm" if session.fim_setting == "auto" else "off"  # type: ignore[attr-defined]
+    assert getattr(session.statuses[-1], "fim", None) == expected
+
+
+async def test_completion_uses_a_name_defined_only_below_the_cursor(session: Session) -> None:
+    found = await completions_for_names(session)
+    right = [name for name, text in found.items() if text.startswith(name)]
+    if session.fim_setting == "auto":  # type: ignore[attr-defined]
+        assert len(right) >= 3, found
+    else:  # prefix-only: the same text whatever is below, so it names at most one of them
+        assert len(set(found.values())) == 1, found
+        assert len(right) <= 1, found
+
+
+async def test_typing_keeps_the_suffix_and_the_cache(session: Session) -> None:
+    """Background syncs while typing keep the suffix of the last request (the text after
+    the cursor does not change); the answer after typing a space and deleting it again
+    is the answer before."""
+    buf = Buffer(session.client, "file:///tmp/fim_typing.py", document("header"))
+    buf.cursor = len(PREFIX)
+    [before] = await buf.inline(invoked=True)
+    buf.type(" ")
+    buf.backspace()
+    [after] = await buf.inline(invoked=True)
+    assert after == before
+    if session.fim_setting == "auto":  # type: ignore[attr-defined]
+        assert before.startswith("header")
+    buf.close()
