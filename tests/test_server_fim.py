@@ -22,10 +22,25 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SOURCE = Path(__file__).resolve().parent.parent / "models" / "default" / "tokenizer.json"
-# one token each, after a space, in the shipped tokenizer: copying one is one attention step
-NAMES = "value object string other module method header number message command event source"
 PREFIX = "result = "
 STEPS = 150
+NAME_COUNT = 12
+
+
+def single_token_names(tok, count: int) -> list[str]:
+    """Lowercase words that are one token after a space (copying one is one attention
+    step), not keywords and not in the document's own text; the first ``count`` by id."""
+    import keyword
+
+    taken = document("")
+    found = []
+    for data in tok.token_bytes:
+        word = data[1:].decode("utf-8", "replace") if data and data[:1] == b" " else ""
+        wordlike = 5 <= len(word) <= 9 and word.isalpha() and word.islower()
+        if wordlike and not keyword.iskeyword(word) and word not in taken:
+            found.append(word)
+    assert len(found) >= count, found
+    return found[:count]
 
 
 def document(name: str) -> str:
@@ -33,9 +48,10 @@ def document(name: str) -> str:
     return f"{PREFIX}\n\ndef {name}():\n    return 1\n"
 
 
-def train_copy_model(folder: Path) -> Path:
+def train_copy_model(folder: Path) -> tuple[Path, list[str]]:
     """A tiny Llama (float32, CPU) trained on FIM examples in the qwen-spm layout whose
-    middle is the name the suffix defines; saved with its tokenizer and template name."""
+    middle is the name the suffix defines; saved with its tokenizer and template name.
+    Returns the folder and the names."""
     from midword.engine.fim import TEMPLATES
     from midword.engine.tokenizer import load_tokenizer
 
@@ -45,6 +61,7 @@ def train_copy_model(folder: Path) -> Path:
     with_special_tokens(SOURCE, template.tokens, folder / "tokenizer.json")
     tok = load_tokenizer(folder / "tokenizer.json")
     end = tok.special_ids[0]
+    names = single_token_names(tok, NAME_COUNT)
     model = build_tiny_llama(tok.size, hidden=64, layers=2, heads=4, seed=0)
     model.config.fim_template = template.name  # what `fim: auto` reads from config.json
     rng = random.Random(0)
@@ -54,7 +71,7 @@ def train_copy_model(folder: Path) -> Path:
     try:
         model.train()
         for _ in range(STEPS):
-            batch = [_example(template, tok, rng.choice(NAMES.split()), end) for _ in range(16)]
+            batch = [_example(template, tok, rng.choice(names), end) for _ in range(16)]
             loss = _batch_loss(model, batch, end)
             optimizer.zero_grad()
             loss.backward()
@@ -63,7 +80,7 @@ def train_copy_model(folder: Path) -> Path:
         torch.set_num_threads(threads)
     model.eval()
     model.save_pretrained(str(folder))
-    return folder
+    return folder, names
 
 
 def _example(template, tok, name: str, end: int) -> tuple[list[int], list[int]]:
@@ -83,15 +100,17 @@ def _batch_loss(model, batch: list[tuple[list[int], list[int]]], pad: int):
 
 
 @pytest.fixture(scope="module")
-def copy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def copy_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return train_copy_model(tmp_path_factory.mktemp("fim_copy_model"))
 
 
 @pytest_lsp.fixture(config=CONFIG, scope="module", params=["auto", "off"])
-async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, copy_model: Path):
-    options = {"model": str(copy_model), "fim": request.param, "maxItems": 1, "maxTokens": 6}
+async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, copy_model):
+    folder, names = copy_model
+    options = {"model": str(folder), "fim": request.param, "maxItems": 1, "maxTokens": 6}
     session = await start(lsp_client, "visual-studio-code", options)
     session.fim_setting = request.param  # type: ignore[attr-defined]
+    session.names = names  # type: ignore[attr-defined]
     await session.wait_state("ready")
     yield
     await lsp_client.shutdown_session()
@@ -100,7 +119,7 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, cop
 async def completions_for_names(session: Session) -> dict[str, str]:
     """Name -> the inline completion at the end of ``PREFIX`` in a buffer defining it below."""
     found: dict[str, str] = {}
-    for k, name in enumerate(NAMES.split()[:4]):
+    for k, name in enumerate(session.names[:4]):  # type: ignore[attr-defined]
         buf = Buffer(session.client, f"file:///tmp/fim_{k}.py", document(name))
         buf.cursor = len(PREFIX)
         items = await buf.inline(invoked=True)
@@ -128,7 +147,8 @@ async def test_typing_keeps_the_suffix_and_the_cache(session: Session) -> None:
     """Background syncs while typing keep the suffix of the last request (the text after
     the cursor does not change); the answer after typing a space and deleting it again
     is the answer before."""
-    buf = Buffer(session.client, "file:///tmp/fim_typing.py", document("header"))
+    name = session.names[5]  # type: ignore[attr-defined]
+    buf = Buffer(session.client, "file:///tmp/fim_typing.py", document(name))
     buf.cursor = len(PREFIX)
     [before] = await buf.inline(invoked=True)
     buf.type(" ")
@@ -136,5 +156,5 @@ async def test_typing_keeps_the_suffix_and_the_cache(session: Session) -> None:
     [after] = await buf.inline(invoked=True)
     assert after == before
     if session.fim_setting == "auto":  # type: ignore[attr-defined]
-        assert before.startswith("header")
+        assert before.startswith(name), (name, before)
     buf.close()

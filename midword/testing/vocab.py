@@ -39,14 +39,24 @@ def derive_tokenizer(source: Path, missing: tuple[int, ...], extra: list[str], o
 
 
 def with_special_tokens(source: Path, tokens: tuple[str, ...], out: Path) -> Path:
-    """``source`` (a tokenizer.json) with ``tokens`` added as special tokens after its
-    vocabulary (fill-in-the-middle sentinels for tests: ``engine/fim.py`` finds them)."""
+    """``source`` (a tokenizer.json) with exactly ``tokens`` as its special tokens besides
+    its first (the end of text), added after its vocabulary: fill-in-the-middle sentinels
+    for tests (``engine/fim.py`` finds them). Special tokens ``source`` has already (the
+    shipped model's FIM sentinels) are dropped first and the ids renumbered, so tests see
+    the same tokens whatever the source carries."""
     spec = json.loads(source.read_text())
-    used = [*spec["model"]["vocab"].values(), *(a["id"] for a in spec["added_tokens"])]
+    added = sorted(spec["added_tokens"], key=lambda a: a["id"])
+    dropped = {a["content"] for a in added[1:] if a.get("special")}
+    ordered = sorted(spec["model"]["vocab"].items(), key=lambda kv: kv[1])
+    vocab = {text: i for i, (text, _) in enumerate(t for t in ordered if t[0] not in dropped)}
+    spec["model"]["vocab"] = vocab
+    kept = [a for a in added if a["content"] not in dropped]
+    for a in kept:
+        a["id"] = vocab.get(a["content"], a["id"])
     for offset, text in enumerate(tokens):
-        spec["added_tokens"].append(
+        kept.append(
             {
-                "id": max(used) + 1 + offset,
+                "id": len(vocab) + offset,
                 "content": text,
                 "single_word": False,
                 "lstrip": False,
@@ -55,5 +65,6 @@ def with_special_tokens(source: Path, tokens: tuple[str, ...], out: Path) -> Pat
                 "special": True,
             }
         )
+    spec["added_tokens"] = kept
     out.write_text(json.dumps(spec))
     return out
