@@ -13,8 +13,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from midword.testing import TOKENIZERS
 from midword.testing.completeness import Config, Report, run
+from midword.testing.fixtures import ALL_TOKENIZERS
 
 
 def _progress(total: int) -> Callable[[Report], None]:
@@ -42,7 +42,7 @@ def _line(report: Report) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=10.0, help="per tokenizer")
-    parser.add_argument("--tokenizers", default=",".join(TOKENIZERS))
+    parser.add_argument("--tokenizers", default=",".join(ALL_TOKENIZERS))
     parser.add_argument("--seed", type=int, default=1, help="the CI test uses seed 0")
     parser.add_argument("--cut-rate", type=float, default=Config.cut_rate)
     parser.add_argument("--tree-rate", type=float, default=Config.tree_rate)

@@ -57,17 +57,18 @@ def _ms(seconds: list[float]) -> str:
 
 
 def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
-    from midword.engine import VCT, Engine, build_tree
+    from midword.engine import VCT, build_tree
+    from midword.engine.tables import engine_for
     from midword.engine.tokenizer import load_tokenizer
 
     path = tokenizer_path(name)
     with tempfile.TemporaryDirectory() as cold:
         os.environ["MIDWORD_CACHE"] = cold
         t = time.perf_counter()
-        Engine(load_tokenizer(path))
+        engine_for(load_tokenizer(path))
         first = time.perf_counter() - t
         t = time.perf_counter()
-        engine = Engine(load_tokenizer(path))
+        engine = engine_for(load_tokenizer(path))
         cached = time.perf_counter() - t
         resident = _resident_mib(path)
     print(
@@ -123,7 +124,7 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
 
 _RSS_PROBE = """
 import sys
-from midword.engine import Engine
+from midword.engine.tables import engine_for
 from midword.engine.tokenizer import load_tokenizer
 
 def rss():
@@ -131,7 +132,7 @@ def rss():
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 before = rss()
-engine = Engine(load_tokenizer(sys.argv[1]))
+engine = engine_for(load_tokenizer(sys.argv[1]))
 print(rss() - before)
 """
 
@@ -151,7 +152,7 @@ def _resident_mib(path: Path) -> float:
 def _clear(engine, clear_tables: bool = True) -> None:
     """Forget cached trees (and the leaf tables' per-state masks) to time a real build."""
     engine.tail_cache.clear()
-    if clear_tables and engine.tables is not None:
+    if clear_tables and getattr(engine, "tables", None) is not None:
         engine.tables.clear_caches()
 
 
@@ -181,7 +182,9 @@ def _keystroke_time(engine, window: bytes) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokenizers", default="llama3,qwen3,deepseek_v3,gptoss,gpt4o,gpt35turbo")
+    parser.add_argument(
+        "--tokenizers", default="llama3,qwen3,deepseek_v3,gptoss,gpt4o,gpt35turbo,llama2,gemma3"
+    )
     parser.add_argument("--cuts", type=int, default=30)
     parser.add_argument("--push-bytes", type=int, default=20000)
     args = parser.parse_args()

@@ -27,7 +27,7 @@ from midword.testing.corpus import MIXED_PIECES
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TOKENIZERS = ["gpt35turbo", "gpt4o", "gptoss", "llama3", "qwen3", "deepseek_v3"]
+TOKENIZERS = ["gpt35turbo", "gpt4o", "gptoss", "llama3", "qwen3", "deepseek_v3", "llama2", "gemma3"]
 PIECES = [  # the replay's mix, then digits, contractions, Hangul, combining marks, ligatures
     *MIXED_PIECES,
     "12345",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import os
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -41,7 +42,15 @@ import numpy as np
 
 from .completions import completion_points
 from .tail import TailCache, TailNode
-from .tokenizer import NO_MERGE, AddedToken, BPETokenizer, TokenizerError, _reorder, bpe_apply
+from .tokenizer import (
+    NO_MERGE,
+    AddedToken,
+    BPETokenizer,
+    TokenizerError,
+    _reorder,
+    bpe_apply,
+    cache_root,
+)
 from .tokenizer import _bpe_last_merge as bpe_last_merge
 from .utf8 import PrefixError, char_byte_offsets, split_utf8
 from .validity import Validity
@@ -179,6 +188,7 @@ class SentencePieceTokenizer(BPETokenizer):
         split: bool,
         source: str,
         digest: str = "",
+        cache: Path | None = None,
     ) -> None:
         token_bytes, fallback = _sp_token_bytes(pieces, added)
         atom_id = {
@@ -186,7 +196,11 @@ class SentencePieceTokenizer(BPETokenizer):
             for p, i in pieces.items()
             if len(p) == 1 and token_bytes[i] is not None
         }
-        left, right, rank = _sp_normal_form(token_bytes, atom_id, merges, pieces)
+        saved = _load_cache(cache)
+        if saved is not None:
+            left, right, rank = saved["left"], saved["right"], saved["rank"]
+        else:
+            left, right, rank = _sp_normal_form(token_bytes, atom_id, merges, pieces)
         # the encoder matches an added text's '▁' against a space (Gemma's runs of spaces)
         usable = [AddedToken(a.id, a.content.replace(SPACE_PIECE, " "), a.special) for a in added]
         super().__init__(
@@ -217,11 +231,17 @@ class SentencePieceTokenizer(BPETokenizer):
             self.bytes_to_id[one] = atom_id.get(chr(b), fallback[b]) if b < 0x80 else fallback[b]
         self.byte_ids = np.array([self.bytes_to_id[bytes([b])] for b in range(256)])
         self.missing_bytes = frozenset()
-        self.dead = self._dead_tokens()
+        self.dead = saved["dead"] if saved is not None else self._dead_tokens()
         dup = [int(fallback[b]) for b in range(0x80) if chr(b) in atom_id]
         self.reachable = self.reachable & ~self.dead & ~self.is_fallback
         self.reachable[dup] = False
-        self.pairs = _neighbour_codes(token_bytes, self.is_text & ~self.is_fallback & ~self.dead)
+        if saved is not None:
+            self.pairs = saved["pairs"]
+        else:
+            self.pairs = _neighbour_codes(
+                token_bytes, self.is_text & ~self.is_fallback & ~self.dead
+            )
+            _save_cache(cache, left=left, right=right, rank=rank, dead=self.dead, pairs=self.pairs)
         self._prefixes = sorted({a[:k] for a in self.added_bytes for k in range(1, len(a))})
         self._added_sorted = sorted(self.added_bytes)
         self._longest_added = max(map(len, self.added_bytes), default=0)
@@ -320,7 +340,8 @@ class SentencePieceTokenizer(BPETokenizer):
             rest = head[j:]
             k = bisect.bisect_left(self._added_sorted, rest)
             while k < len(self._added_sorted) and self._added_sorted[k].startswith(rest):
-                needs.append(self._added_sorted[k][len(rest) :])
+                if len(self._added_sorted[k]) > len(rest):  # (one already whole is the path's)
+                    needs.append(self._added_sorted[k][len(rest) :])
                 k += 1
         return needs
 
@@ -406,6 +427,22 @@ def _neighbour_codes(token_bytes: list[bytes | None], use: np.ndarray) -> np.nda
     return np.array(sorted(codes), dtype=np.int64)
 
 
+def _load_cache(cache: Path | None) -> dict[str, np.ndarray] | None:
+    if cache is None or not cache.is_file():
+        return None
+    with np.load(cache) as arrays:
+        return {k: arrays[k] for k in arrays.files}
+
+
+def _save_cache(cache: Path | None, **arrays: np.ndarray) -> None:
+    if cache is None:
+        return
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp.npz")  # writers may race: unique, then rename
+    np.savez(tmp, **arrays)
+    tmp.replace(cache)
+
+
 def load_sentencepiece(
     spec: dict, file: Path, digest: str, use_cache: bool
 ) -> SentencePieceTokenizer:
@@ -424,6 +461,7 @@ def load_sentencepiece(
         split=split,
         source=str(file),
         digest=digest if use_cache else "",
+        cache=cache_root() / f"sp-{digest}.npz" if use_cache else None,
     )
 
 

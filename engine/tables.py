@@ -525,9 +525,12 @@ def load_engine(path: str) -> Engine:
     key = str(resolve_tokenizer_path(path).resolve())
     eng = _ENGINES.get(key)
     if eng is None:
-        tok = load_tokenizer(key)
-        if isinstance(tok, SentencePieceTokenizer):
-            eng = _ENGINES[key] = SentencePieceEngine(tok)  # type: ignore[assignment]
-        else:
-            eng = _ENGINES[key] = Engine(tok)
+        eng = _ENGINES[key] = engine_for(load_tokenizer(key))
     return eng
+
+
+def engine_for(tok: BPETokenizer) -> Engine:
+    """The engine of a loaded tokenizer (SentencePiece files get their own kind)."""
+    if isinstance(tok, SentencePieceTokenizer):
+        return SentencePieceEngine(tok)  # type: ignore[return-value]
+    return Engine(tok)

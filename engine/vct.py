@@ -161,10 +161,13 @@ class VCT:
         text, partial = split_utf8(region)
         if not text:
             return
-        pending = pending_added(self.tok, text, partial) if self.tok.added_text else []
-        limit = min(pending, default=len(text))
-        if self.tok.added_text and self._settle_added(text, limit):
-            return self._advance_sp()
+        limit = len(text)
+        if self.tok.added_text:
+            starts = self.tok.pending_starts(region)  # type: ignore[attr-defined]
+            if starts:  # the character a pending added text starts at
+                limit = min(limit, len(region[: starts[0]].decode("utf-8", "ignore")))
+            if self._settle_added(text, limit):
+                return self._advance_sp()
         hard = self.tok.hard  # type: ignore[attr-defined]
         # the character after the last complete one is unknown: its boundary waits
         for k in range(min(limit, len(text) - 1), 0, -1):

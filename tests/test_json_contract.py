@@ -274,6 +274,7 @@ def test_tree_json(tokenizer_name: str, answers: Answers) -> None:
 def check_tree(tok: BPETokenizer, prefix: bytes, tree: Any) -> None:
     """The documented shape and meaning of one ``tree --json`` object."""
     where = f"prefix {prefix[:60]!r}"
+    prefix = getattr(tok, "lead", b"") + prefix  # SentencePiece's dummy prefix: token bytes
     assert set(tree) == {"trunk", "nodes", "internal_count", "leaf_count"}, where
     check_ids(tok, tree["trunk"], where)
     assert tree["nodes"], f"{where}: no covering"
@@ -390,6 +391,7 @@ def test_complete_json_first_leaf(tokenizer_name: str, answers: Answers) -> None
 def is_covering(tok: BPETokenizer, tree: dict, text: bytes) -> bool:
     """Is ``text`` the bytes of trunk + path + [leaf] for a leaf of the tree, or (for an
     end-of-text leaf, which adds no bytes) a node that ends at the prefix?"""
+    text = getattr(tok, "lead", b"") + text  # SentencePiece's dummy prefix: token bytes
     for node in tree["nodes"]:
         start = tok.decode(tree["trunk"] + node["path"])
         if node["ends_at_prefix_end"] and text == start:

@@ -6,6 +6,7 @@ features not modelled exactly refused by name."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -245,3 +246,14 @@ def test_chain_rule(sp_name: str) -> None:
         sampler.push(bytes([b]))
         dist = sampler.next_bytes()
         assert abs(dist.prefix_logprob - expected) < TOL, (step, sampler.prefix[-20:])
+
+
+@pytest.mark.slow  # about a minute per tokenizer on a 2-core machine
+def test_completeness_fuzz(sp_name: str) -> None:
+    """Real encodings of 1 MB of random texts, cut at random points, are paths of the
+    streamed trees (the harness of tests/test_completeness.py; U+2581 read as '_')."""
+    from midword.testing.completeness import run
+
+    report = run(sp_name, int(os.environ.get("MIDWORD_SP_FUZZ_BYTES", 1 << 20)), seed=0)
+    assert report.skipped == 0 and report.tree_cuts > 0, report.summary()
+    assert report.mismatches == 0, report.summary()

@@ -153,11 +153,14 @@ def stream_fragment(
     engine: Engine, hf: Tokenizer, text: str, report: Report, rng: random.Random, cfg: Config
 ) -> None:
     """Stream ``text`` byte by byte, checking random cuts and always the end."""
+    lead = getattr(engine, "lead", b"")  # SentencePiece: the dummy prefix's space
+    if hasattr(engine, "lead"):
+        text = text.replace("\u2581", "_")  # SentencePiece reads U+2581 as a space
     data = text.encode("utf-8")
     report.added_text += _holds_added_text(engine.tok, text)
     ids = hf.encode(text, add_special_tokens=False).ids
     report.fragments += 1
-    if engine.tok.decode(ids) != data:
+    if engine.tok.decode(ids) != lead + data:
         report.skipped += 1
         return
     vct = VCT(engine)
@@ -166,7 +169,7 @@ def stream_fragment(
         weight = cut_weight(data, k)
         if k == len(data) or rng.random() < cfg.cut_rate * weight:
             whole = weight == 1.0 and rng.random() < cfg.tree_rate
-            check_cut(vct, canonical_cut(ids, engine.tok, k), report, whole)
+            check_cut(vct, canonical_cut(ids, engine.tok, k + len(lead)), report, whole)
     report.bytes_streamed += len(data)
 
 
