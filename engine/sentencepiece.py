@@ -263,6 +263,10 @@ class SentencePieceTokenizer(BPETokenizer):
     def _dead_tokens(self) -> np.ndarray:
         """Plain tokens holding a non-special added text: the encoder splits it out first."""
         dead = np.zeros(self.size, dtype=bool)
+        if self.split:  # every space starts a piece: no token holds one after its start
+            for i, b in enumerate(self.token_bytes):
+                if b is not None and b" " in b[1:]:
+                    dead[i] = True
         if not self.added_bytes:
             return dead
         pattern = re.compile(b"|".join(re.escape(a) for a in self.added_bytes))
@@ -489,6 +493,7 @@ class SentencePieceEngine:
         self._atoms = atoms
         self.fallback_first = self._fallback_mask(b"")
         self.added_ids = np.array(sorted(tok.added_text.values()), dtype=np.int64)
+        self.space_first = np.array([b is not None and b[:1] == b" " for b in tok.token_bytes])
 
     def clear_caches(self) -> None:
         self.tail_cache.clear()
@@ -541,7 +546,10 @@ class SentencePieceEngine:
         last = path[-1] if path else None
         plain = self.starts
         if last is not None and not (tok.is_added[last] or tok.is_fallback[last]):
-            plain = plain & self.validity.successors(last)
+            succ = self.validity.successors(last)
+            if tok.split:  # a space starts a new piece: no merge reaches back over it
+                succ = succ | self.space_first
+            plain = plain & succ
         ok = plain | tok.is_added | self.fallback_first  # a fallback character: hard boundary
         bad = self.interfering(head)
         if len(bad):

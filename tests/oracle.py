@@ -88,9 +88,8 @@ def brute_force_tree(
                 straddle[pos] = [i for b, i in items[lo:hi] if len(b) > len(rest)]
             leaves.extend(path + (t,) for t in straddle[pos])
             for k in range(1, len(rest) + 1):
-                t = by_bytes.get(rest[:k])
-                if t is not None:
-                    inner.append(path + (t,))
+                # every token with these bytes (SentencePiece's <0x0A> and "\n" share them)
+                inner.extend(path + (t,) for t in by_bytes.get(rest[:k], ()))
         found |= canonical_prefixes(hf, tok, leaves, memo)
         ok_inner = canonical_prefixes(hf, tok, inner, memo)
         found |= {p for p in ok_inner if len(tok.decode(p)) == len(prefix)}
@@ -113,11 +112,16 @@ def _ends_inside_char(data: bytes) -> bool:
 _VOCABS: dict[int, tuple] = {}
 
 
-def _vocab(tok: BPETokenizer) -> tuple[dict[bytes, int], list[tuple[bytes, int]], list[bytes]]:
+def _vocab(
+    tok: BPETokenizer,
+) -> tuple[dict[bytes, list[int]], list[tuple[bytes, int]], list[bytes]]:
     """Token lookup and the vocabulary sorted by bytes (built once per tokenizer)."""
     if id(tok) not in _VOCABS:
         items = sorted((b, i) for i, b in enumerate(tok.token_bytes) if b is not None)
-        _VOCABS[id(tok)] = (dict(items), items, [b for b, _ in items])
+        by_bytes: dict[bytes, list[int]] = {}
+        for b, i in items:
+            by_bytes.setdefault(b, []).append(i)
+        _VOCABS[id(tok)] = (by_bytes, items, [b for b, _ in items])
     return _VOCABS[id(tok)]
 
 

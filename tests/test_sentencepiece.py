@@ -257,3 +257,30 @@ def test_completeness_fuzz(sp_name: str) -> None:
     report = run(sp_name, int(os.environ.get("MIDWORD_SP_FUZZ_BYTES", 1 << 20)), seed=0)
     assert report.skipped == 0 and report.tree_cuts > 0, report.summary()
     assert report.mismatches == 0, report.summary()
+
+
+def test_metaspace_split_trees_against_brute_force(tmp_path: Path) -> None:
+    """With Metaspace split every space starts a piece: trees still equal the oracle."""
+    path = _variant(
+        tmp_path,
+        lambda s: s.update(
+            normalizer=None,
+            pre_tokenizer={
+                "type": "Metaspace",
+                "replacement": "▁",
+                "prepend_scheme": "never",
+                "split": True,
+            },
+        ),
+    )
+    from midword.engine.tables import engine_for
+
+    eng = engine_for(load_tokenizer(path, use_cache=False))
+    hf = InternalEncoder(real_encoder(path), eng.lead)
+    rng = random.Random(6)
+    for prefix in [b"a  b", b"x  ", b"Hello wor", b"  ", "中文".encode()[:4]]:
+        tree = build_tree(eng, prefix)
+        claimed = [int(t) for n in tree.nodes if n.ends_at_prefix_end for t in n.leaves[:150]]
+        sample = sample_ids(eng.tok, 150, rng) + claimed
+        mine = {tuple(tree.trunk) + s for s in tree_sequences(tree, sample)}
+        assert mine == brute_force_tree(hf, eng.tok, prefix, sample), prefix
