@@ -112,3 +112,20 @@ def test_suffix_repeat_cut_stops_before_the_suffix_lines() -> None:
     scope_first = suffix_repeat_cut(lambda text: 3, suffix)  # the scope's cut comes first
     assert scope_first(text) == 3
     assert suffix_repeat_cut(len, b"only the rest of the line") is len  # nothing below
+
+
+def test_smollm2_the_default_model_has_no_fim_template() -> None:
+    """SmolLM2-135M has no FIM tokens: `fim: auto` says off, completions stay prefix-only."""
+    from midword.engine.fim import detect_template, model_config
+    from midword.engine.model_files import prepare_model
+    from midword.engine.tokenizer import load_tokenizer
+
+    from midword.models import ModelNotFoundError, default_model
+
+    try:
+        source = prepare_model(str(default_model()), device="cpu", dtype="auto")
+    except ModelNotFoundError:
+        pytest.skip("SmolLM2-135M is not installed here")
+    tok = load_tokenizer(source)
+    assert "<|endoftext|>" in {a.content for a in tok.added}
+    assert detect_template(tok, model_config(source)) is None
