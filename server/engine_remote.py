@@ -9,8 +9,9 @@ engine fails, and where it is seen:
 * **dies, is slow, or answers an error** during a completion: that completion ends
   with the error as its reason (the editor is answered, never kept waiting past the
   request timeout), the status says what happened, and a monitor thread retries with
-  backoff (1 s doubling to 30 s) until the engine answers and passes the connect checks
-  again (model served, same tokenizer), then the status is ready again;
+  backoff (1 s, doubling up to 30 s or MIDWORD_ENGINE_RETRY_MAX_S) until the engine
+  answers and passes the connect checks again (model served, same tokenizer), then the
+  status is ready again;
 * **serves another model or tokenizer**: the status says so and nothing is retried
   (the settings must change).
 
@@ -22,6 +23,7 @@ The worker learns the engine's state through `RemoteModels.watch_health`.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -41,7 +43,20 @@ log = logging.getLogger("midword.server")
 ProgressFn = Callable[[str, int], None]
 HealthFn = Callable[[str, str], None]  # (status state, message)
 BACKOFF_FIRST_S = 1.0
-BACKOFF_MAX_S = 30.0
+RETRY_MAX_ENV = "MIDWORD_ENGINE_RETRY_MAX_S"  # the longest wait between tries (default 30)
+
+
+def backoff_max_s() -> float:
+    """The longest wait between two tries: 30 s, or MIDWORD_ENGINE_RETRY_MAX_S.
+
+    >>> backoff_max_s() > 0
+    True
+    """
+    try:
+        value = float(os.environ.get(RETRY_MAX_ENV, "") or 30.0)
+    except ValueError:
+        return 30.0
+    return value if value >= BACKOFF_FIRST_S else 30.0
 
 
 def load_remote(options: ServerOptions, name: str, on_progress: ProgressFn) -> RemoteModels:
@@ -100,8 +115,7 @@ class RemoteModels:
     def watch_health(self, report: HealthFn) -> None:
         """Report the engine's state now and at each change (from any thread)."""
         self._report = report
-        if self._state[0] != "ready":
-            report(*self._state)
+        report(*self._state)
 
     # ------------------------------------------------------------------ connection
     def connect(self) -> None:
@@ -172,7 +186,7 @@ class RemoteModels:
                 return
             except BackendError as exc:
                 problem = str(exc)
-                delay = min(BACKOFF_MAX_S, delay * 2)
+                delay = min(backoff_max_s(), delay * 2)
                 self._set_state("error", f"{problem}; retrying in {delay:g} s")
                 continue
             log.info("engine at %s answers again", self.options.engine_url)
