@@ -187,6 +187,8 @@ def shared_vllm() -> VLLMServer:
     python = vllm_python()
     if python is None:
         pytest.skip(f"no vLLM venv ({VLLM_PYTHON_ENV} unset)")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker would start its own vLLM
+        pytest.skip("the vLLM tests run in one process: pytest -p no:xdist -m vllm (.ci/run)")
     if _shared is None:
         _shared = VLLMServer(python)
         atexit.register(_shared.stop)
