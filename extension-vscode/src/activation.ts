@@ -173,8 +173,10 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
       editor !== undefined && cursor !== undefined
         ? completionEvents.pendingAt(editor.document.uri.toString(), cursor.line, cursor.character)
         : undefined;
+    const consumedBefore = pending?.consumed;
     await api.commands.executeCommand(BUILTIN_ACCEPT_NEXT_LINE);
-    if (pending !== undefined) {
+    // where VS Code calls handleDidPartiallyAcceptCompletionItem it has reported the part already
+    if (pending !== undefined && pending.consumed === consumedBefore) {
       const part = nextLinePart(pending.text.slice(pending.consumed));
       completionEvents.partiallyAccepted(pending, pending.consumed + part.length);
     }

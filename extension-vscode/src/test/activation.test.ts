@@ -303,6 +303,25 @@ describe('Accept Next Line and the acceptance events', { skip: !posix && 'fake i
     await s.ext.dispose();
   });
 
+  it('reports a line once when VS Code reports it too (handleDidPartiallyAcceptCompletionItem, seen in code-server)', async () => {
+    const s = await started();
+    const client = s.lastClient();
+    const item = tagged('i1', 'a = 1\nb = 2');
+    s.ext.completionEvents.offered(uri, 2, 8, [item]);
+    s.vscode.setActiveEditor(uri, 2, 8);
+    const executed = s.vscode.executed;
+    executed.push = (...args: unknown[][]): number => {
+      s.ext.completionEvents.partiallyAcceptedItem(item, 'a = 1\n'.length); // VS Code, while its command runs
+      return Array.prototype.push.apply(executed, args);
+    };
+    await s.vscode.run(COMMANDS.acceptNextLine);
+    assert.deepEqual([...s.vscode.executed], [['editor.action.inlineSuggest.acceptNextLine']]);
+    assert.deepEqual(client.notifications.slice(1), [
+      ['midword/completionPartiallyAccepted', { id: 'i1', method: 'bytesampler', context: 'boundary', acceptedLength: 6 }],
+    ]);
+    await s.ext.dispose();
+  });
+
   it("another provider's suggestion (the cursor is not at midword's item) is accepted without an event", async () => {
     const s = await started();
     const client = s.lastClient();
