@@ -43,6 +43,15 @@ export default tseslint.config(
     languageOptions: { sourceType: 'commonjs', globals: nodeGlobals },
   },
   {
+    // the code-server end-to-end test: Node ES modules (document: inside page.evaluate)
+    files: ['e2e/**/*.mjs'],
+    extends: [js.configs.recommended],
+    languageOptions: {
+      globals: { ...nodeGlobals, setTimeout: 'readonly', clearTimeout: 'readonly', fetch: 'readonly', AbortController: 'readonly', AbortSignal: 'readonly', document: 'readonly' },
+    },
+    rules: { eqeqeq: 'error', curly: 'error' },
+  },
+  {
     files: ['eslint.config.mjs'],
     extends: [js.configs.recommended],
   },

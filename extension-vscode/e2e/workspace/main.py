@@ -1,0 +1,4 @@
+import argparse
+
+
+def main():
