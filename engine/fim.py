@@ -29,12 +29,13 @@ Training data in the same layout (what ``models/train_default.py`` writes)::
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .utf8 import split_utf8
+from .utf8 import PrefixError, split_utf8
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,6 +55,7 @@ __all__ = [
     "FimTemplate",
     "PromptedModel",
     "PromptedSession",
+    "SegmentEncoder",
     "detect_template",
     "fim_sampler",
     "loaded_model_config",
@@ -64,6 +66,7 @@ __all__ = [
 
 PREFIX_SLOT = "{prefix}"
 SUFFIX_SLOT = "{suffix}"
+Encoder = Callable[[str], list[int]]  # a segment's text -> its canonical token ids
 
 
 class FimError(ValueError):
@@ -117,9 +120,18 @@ class FimTemplate:
             )
         return {t: known[t] for t in self.tokens}
 
-    def prompt(self, tok: BPETokenizer, prefix: bytes, suffix: bytes) -> FimPrompt:
+    def prompt(
+        self,
+        tok: BPETokenizer,
+        prefix: bytes,
+        suffix: bytes,
+        encode_prefix: Encoder | None = None,
+        encode_suffix: Encoder | None = None,
+    ) -> FimPrompt:
         """The context tokens and the bytes the covering tree covers, for ``prefix`` before
-        the cursor and ``suffix`` after it.
+        the cursor and ``suffix`` after it. ``encode_prefix`` / ``encode_suffix`` give a
+        segment's canonical tokens faster than ``tok.encode`` (`FimCompleter` keeps them
+        between keystrokes); they must give the same tokens.
 
         A prefix that ends inside a UTF-8 character keeps its whole characters in a
         separate prefix segment (training cuts at characters) and its partial character
@@ -133,10 +145,13 @@ class FimTemplate:
         suffix_text = suffix.decode("utf-8", errors="replace")
         context: list[int] = []
         for piece in self.layout:
-            if piece == PREFIX_SLOT:
-                context.extend(_encode(tok, head))
-            elif piece == SUFFIX_SLOT:
-                context.extend(_encode(tok, suffix_text))
+            if piece == PREFIX_SLOT and head:
+                context.extend(encode_prefix(head) if encode_prefix else _encode(tok, head))
+            elif piece == SUFFIX_SLOT and suffix_text:
+                encoded = encode_suffix(suffix_text) if encode_suffix else None
+                context.extend(encoded if encoded is not None else _encode(tok, suffix_text))
+            elif piece in (PREFIX_SLOT, SUFFIX_SLOT):
+                continue
             else:
                 context.append(ids[piece])
         return FimPrompt(context, covered)
@@ -358,6 +373,48 @@ def loaded_model_config(model: Any) -> dict[str, Any]:
     return dict(to_dict()) if callable(to_dict) else {}
 
 
+class SegmentEncoder:
+    """Canonical tokens of a text that changes at its end between calls (a PSM prompt's
+    prefix while the user types), from a streaming covering tree: the trunk plus the path
+    of the node that encodes the whole text (`Tree.complete`), so only the tree's tail is
+    encoded again. Where the tree cannot stand in for the tokenizer (SentencePiece's dummy
+    prefix, a normalizer, bytes no token covers) it is ``tok.encode``.
+
+    >>> from midword.engine import load_engine                      # doctest: +SKIP
+    >>> encode = SegmentEncoder(load_engine("models/default"))       # doctest: +SKIP
+    >>> text = "def f(x):\\n    ret"                               # doctest: +SKIP
+    >>> encode(text) == encode.engine.tok.encode(text)              # doctest: +SKIP
+    True
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        from .vct import VCT
+
+        self.engine = engine
+        self._new = lambda: VCT(engine)
+        # a normalizer may change the text before encoding; the tree covers the bytes as typed
+        usable = not getattr(engine, "is_sentencepiece", False) and engine.tok.normalize is None
+        self.vct = self._new() if usable else None
+
+    def __call__(self, text: str) -> list[int]:
+        if self.vct is not None:
+            try:
+                tree = self._move(text.encode("utf-8"))
+                if tree.complete is not None:
+                    return [*map(int, tree.trunk), *map(int, tree.complete)]
+            except PrefixError:  # a byte no token covers: the encoder drops it
+                self.vct = self._new()
+        return _encode(self.engine.tok, text)
+
+    def _move(self, data: bytes) -> Any:
+        current = self.vct.prefix
+        common = len(os.path.commonprefix([current, data]))
+        if common < len(current):
+            self.vct.truncate(common)
+        self.vct.push_bytes(data[common:])
+        return self.vct.tree()
+
+
 class FimCompleter:
     """Completes the middle between ``prefix`` and ``suffix`` with one model, keeping one
     KV session across calls (see `PromptedSession` for what it reuses).
@@ -379,14 +436,24 @@ class FimCompleter:
         self.engine = engine
         self.completer: Completer = Completer(PromptedModel(model), engine, start_id)
         self.session: PromptedSession = self.completer.session  # type: ignore[assignment]
+        self._prefix_ids = SegmentEncoder(engine)  # typing changes the prefix at its end
+        self._suffix_ids: tuple[str, list[int]] = ("", [])  # and leaves the suffix alone
 
     def move_to(self, prefix: bytes, suffix: bytes) -> bytes:
         """Set the prompt's context for this cursor; returns the bytes the tree covers."""
-        prompt = self.template.prompt(self.engine.tok, prefix, suffix)
+        prompt = self.template.prompt(
+            self.engine.tok, prefix, suffix, self._prefix_ids, self._suffix_encoding
+        )
         if prompt.context != self.session.context:
             self.session.context = prompt.context
             self.completer.context_changed()
         return prompt.covered
+
+    def _suffix_encoding(self, text: str) -> list[int]:
+        """The suffix's tokens, encoded again only when the suffix changed."""
+        if self._suffix_ids[0] != text:
+            self._suffix_ids = (text, _encode(self.engine.tok, text))
+        return self._suffix_ids[1]
 
     def complete(
         self, prefix: bytes, suffix: bytes, settings: Settings | None = None, **hooks: Any

@@ -262,3 +262,4 @@ def test_greedy_completion_follows_the_prompt_across_moves(setup, name: str) -> 
         for solve in ("tree", "lazy"):  # "tree" keeps the scored leaves for the next call
             got = completer.complete(prefix, suffix, Settings(max_tokens=6, solve=solve))
             assert got.data == want, (name, solve, prefix, suffix, got.data, want)
+            assert completer.session.context == context  # the kept encodings are the real ones
