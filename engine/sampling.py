@@ -420,17 +420,23 @@ class ByteSampler:
         leaf_set = self.leaf_set(transform)
         return [leaf_set.sequence(k) for k in range(leaf_set.size)], leaf_set.weights
 
+    def _mass(self, sc: _ScoredTree) -> tuple[np.ndarray, float]:
+        sums, shift = _aggregate(sc, self._bytes)
+        if self.vct.empty_behind_lead:  # SentencePiece's empty text: the empty sequence
+            shift = 0.0  # covers it, so its whole mass counts (as at a ByteLevel root)
+        return sums, shift
+
     def prefix_logprob(self) -> float:
         """log P(the model's text starts with the prefix)."""
         if not self.track_prefix:
             raise ValueError("this sampler does not track the prefix probability")
         sc = self._score()
-        return self._cum[-1] + _aggregate(sc, self._bytes)[1]
+        return self._cum[-1] + self._mass(sc)[1]
 
     def next_bytes(self, transform: Transform = Transform()) -> NextBytes:
         """The exact next-byte distribution (token-level ``transform`` applied to leaves)."""
         sc = self._score(transform)
-        sums, shift = _aggregate(sc, self._bytes)
+        sums, shift = self._mass(sc)
         events: dict[int, float] = {}
         for i, node in enumerate(sc.tree.nodes):
             if node.path == sc.tree.complete and self._special.size:

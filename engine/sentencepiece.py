@@ -59,6 +59,7 @@ SPACE_PIECE = "\u2581"  # how SentencePiece writes a space
 SPACE_PIECE_BYTES = SPACE_PIECE.encode("utf-8")
 BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 EMPTY = np.zeros(0, dtype=np.int64)
+HARD_MEMO_SIZE = 1 << 16  # neighbour pairs whose verdict is kept
 
 
 class UnsupportedSentencePiece(TokenizerError):
@@ -242,6 +243,8 @@ class SentencePieceTokenizer(BPETokenizer):
                 token_bytes, self.is_text & ~self.is_fallback & ~self.dead
             )
             _save_cache(cache, left=left, right=right, rank=rank, dead=self.dead, pairs=self.pairs)
+        self.pairs_list = self.pairs.tolist()  # (bisect on a list: no numpy call per pair)
+        self._hard_memo: dict[str, bool] = {}
         self._prefixes = sorted({a[:k] for a in self.added_bytes for k in range(1, len(a))})
         self._added_sorted = sorted(self.added_bytes)
         self._longest_added = max(map(len, self.added_bytes), default=0)
@@ -308,11 +311,19 @@ class SentencePieceTokenizer(BPETokenizer):
 
     def hard(self, a: str, b: str) -> bool:
         """Is the boundary between neighbours ``a`` and ``b`` one BPE never merges across?"""
+        got = self._hard_memo.get(a + b)
+        if got is None:
+            if len(self._hard_memo) > HARD_MEMO_SIZE:
+                self._hard_memo.clear()
+            got = self._hard_memo[a + b] = self._hard(a, b)
+        return got
+
+    def _hard(self, a: str, b: str) -> bool:
         if a not in self.atom_id or b not in self.atom_id or (self.split and b == " "):
             return True
         code = (ord(a) << 21) | ord(b)
-        k = int(np.searchsorted(self.pairs, code))
-        return k >= len(self.pairs) or int(self.pairs[k]) != code
+        k = bisect.bisect_left(self.pairs_list, code)
+        return k >= len(self.pairs_list) or self.pairs_list[k] != code
 
     def _bpe_chars(self, chunk: str) -> tuple[int, ...]:
         symbols: list[int] = []

@@ -124,6 +124,12 @@ class VCT:
         self._tree = None
 
     @property
+    def empty_behind_lead(self) -> bool:
+        """Is the prefix empty on a tokenizer with a dummy prefix (SentencePiece)? The
+        tree then covers the dummy space, and the root stands for the empty text."""
+        return bool(self._lead) and len(self.buf) == len(self._lead)
+
+    @property
     def prefix(self) -> bytes:
         return bytes(self.buf[len(self._lead) :])
 
@@ -169,8 +175,11 @@ class VCT:
             if self._settle_added(text, limit):
                 return self._advance_sp()
         hard = self.tok.hard  # type: ignore[attr-defined]
-        # the character after the last complete one is unknown: its boundary waits
-        for k in range(min(limit, len(text) - 1), 0, -1):
+        # the character after the last complete one is unknown: its boundary waits. Without
+        # added text every older boundary was judged by an earlier push: only the newest
+        top = min(limit, len(text) - 1)
+        low = 0 if self.tok.added_text else top - 1
+        for k in range(top, max(low, 0), -1):
             if hard(text[k - 1], text[k]):
                 self.settled_trunk.extend(self._encode(text[:k]))
                 self.settled += len(text[:k].encode("utf-8"))

@@ -113,11 +113,11 @@ def _load_parts(
     options: ServerOptions, name: str, k: int, n: int, on_progress: ProgressFn
 ) -> tuple[Any, Engine]:
     """Model ``k`` of ``n``: its tokenizer, covering-tree tables and weights."""
-    from midword.engine import Engine
     from midword.engine.backend import BackendError
     from midword.engine.generate import Completer, Settings
     from midword.engine.hf_backend import load_hf_model
     from midword.engine.model_files import prepare_model
+    from midword.engine.tables import engine_for
     from midword.engine.tokenizer import load_tokenizer
 
     def progress(message: str, percent: int) -> None:
@@ -131,7 +131,7 @@ def _load_parts(
         progress=lambda message, pct: progress(f"{message} {pct}%", pct * 5 // 100),
     )
     progress("reading the tokenizer", 5)
-    engine = Engine(load_tokenizer(source))
+    engine = engine_for(load_tokenizer(source))  # (SentencePiece files: their own kind)
     progress("building the covering-tree tables", 20)
     _warm_engine(engine)
     progress("loading the model weights", 50)
