@@ -91,6 +91,8 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
       engine: 'local',
       engineUrl: '',
       engineModel: '',
+      fim: 'auto',
+      suffixBytes: 1024,
     });
     const item = s.vscode.statusItems[0];
     assert.ok(item?.visible);
