@@ -500,8 +500,8 @@ class SentencePieceEngine:
         self.max_token_len = int(self.sorted_len.max())
         self.tail_cache = TailCache()
         self.starts = tok.reachable & ~tok.is_added  # a plain token that may start a piece
-        atoms = np.array(sorted(ord(c) for c in tok.atom_id), dtype=np.int64)
-        self._atoms = atoms
+        # characters the encoder never spells by fallback (U+2581: it reads it as a space)
+        self._atoms = np.array(sorted({ord(c) for c in tok.atom_id} | {0x2581}), dtype=np.int64)
         self.fallback_first = self._fallback_mask(b"")
         self.added_ids = np.array(sorted(tok.added_text.values()), dtype=np.int64)
         self.space_first = np.array([b is not None and b[:1] == b" " for b in tok.token_bytes])
@@ -595,8 +595,10 @@ class _SPTail:
         at_end: set[tuple[int, ...]] = set()
         n = len(self.region)
         for k in range(len(self.text) + 1):
-            path = tuple(self.tok.encode_internal(self.text[:k]))
             pos = self.offs[k]
+            if n - pos >= self.engine.max_token_len:
+                continue  # no token is long enough to start here and reach past the end
+            path = tuple(self.tok.encode_internal(self.text[:k]))
             if pos == n:
                 leaves[path] = np.flatnonzero(self.engine.allowed(path, self.region, None))
                 at_end.add(path)

@@ -108,6 +108,9 @@ def test_fallback_branch_and_boundaries() -> None:
     spelled = [tok.fallback_ids[b] for b in glyph[:2]]
     paths = [tuple(tree.trunk) + n.path for n in tree.nodes if n.ends_at_prefix_end]
     assert any(p[-2:] == tuple(spelled) for p in paths)
+    space_piece = build_tree(eng, b"a" + "\u2581".encode()[:2])  # U+2581 reads as a space
+    spelled_81 = int(tok.fallback_ids[0x81])
+    assert not any(spelled_81 in n.leaves for n in space_piece.nodes if n.ends_at_prefix_end)
     whole = build_tree(eng, b"a" + glyph)
     assert whole.trunk[-4:] == [int(tok.fallback_ids[b]) for b in glyph]  # settled
     assert whole.rest == 0
