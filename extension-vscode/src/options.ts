@@ -41,6 +41,7 @@ export const FIM_CHOICES = [
   'codestral',
 ] as const;
 export const ENGINES = ['local', 'vllm'] as const;
+export const CONTEXT_FILES = ['auto', 'off'] as const;
 
 export interface ServerOptions {
   /** Model folder; "" = the default model shipped with midword. Reload. */
@@ -86,6 +87,12 @@ export interface ServerOptions {
   fim: (typeof FIM_CHOICES)[number];
   /** Bytes of text after the cursor in a FIM prompt (whole lines after the cursor's). */
   suffixBytes: number;
+  /** Wait of automatic requests for typing to pause: "auto" follows the typing speed (100-1000 ms), N ms, 0 = off. */
+  debounceMs: 'auto' | number;
+  /** auto = snippets of other open files of the same language go into the prompt; off = none. */
+  contextFiles: (typeof CONTEXT_FILES)[number];
+  /** Most bytes of the prompt those snippets take. */
+  contextBytes: number;
 }
 
 export type ServerOptionKey = keyof ServerOptions;
@@ -120,6 +127,9 @@ export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
   'maxItems',
   'acceptanceLog',
   'suffixBytes',
+  'debounceMs',
+  'contextFiles',
+  'contextBytes',
 ];
 
 /**
@@ -150,6 +160,9 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
   engineModel: '',
   fim: 'auto',
   suffixBytes: 1024,
+  debounceMs: 'auto',
+  contextFiles: 'auto',
+  contextBytes: 1024,
 });
 
 /** Reads one setting by its key relative to `midword.` (e.g. `topP`); `undefined` when unset. */
@@ -220,6 +233,13 @@ const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expect
   engineModel: { check: isString, expected: 'a string' },
   fim: { check: oneOf(FIM_CHOICES), expected: FIM_CHOICES.join(' | ') },
   suffixBytes: { check: numberIn(0, Infinity, { integer: true }), expected: 'an integer >= 0' },
+  debounceMs: {
+    check: (value: unknown): value is 'auto' | number =>
+      value === 'auto' || numberIn(0, Infinity, { integer: true })(value),
+    expected: '"auto" or an integer >= 0 (milliseconds; 0 = off)',
+  },
+  contextFiles: { check: oneOf(CONTEXT_FILES), expected: CONTEXT_FILES.join(' | ') },
+  contextBytes: { check: numberIn(0, Infinity, { integer: true }), expected: 'an integer >= 0' },
 };
 
 /** A fresh copy of an array value (so options never share the frozen fallbacks or VS Code's read-only objects). */

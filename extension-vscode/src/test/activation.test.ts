@@ -93,6 +93,9 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
       engineModel: '',
       fim: 'auto',
       suffixBytes: 1024,
+      debounceMs: 'auto',
+      contextFiles: 'auto',
+      contextBytes: 1024,
     });
     const item = s.vscode.statusItems[0];
     assert.ok(item?.visible);

@@ -10,6 +10,7 @@ import {
   FALLBACK_OPTIONS,
   RELOAD_OPTION_KEYS,
   SERVER_OPTION_KEYS,
+  type ServerOptionKey,
 } from '../options';
 import { EXTENSION_ROOT, readPackageJson } from './helpers/paths';
 
@@ -38,6 +39,9 @@ const SPEC_DEFAULTS = {
   engineModel: '',
   fim: 'auto',
   suffixBytes: 1024,
+  debounceMs: 'auto',
+  contextFiles: 'auto',
+  contextBytes: 1024,
 };
 
 describe('settings -> initializationOptions', () => {
@@ -86,6 +90,9 @@ describe('settings -> initializationOptions', () => {
       engineModel: 'qwen-coder',
       fim: 'qwen-spm',
       suffixBytes: 2048,
+      debounceMs: 250,
+      contextFiles: 'off',
+      contextBytes: 512,
       enable: false,
       'python.path': '/usr/bin/python3',
     };
@@ -116,6 +123,28 @@ describe('settings -> initializationOptions', () => {
     assert.equal(problems.length, 7);
     assert.match(problems.join('\n'), /midword\.device = "tpu" is invalid \(expected auto \| cpu \| cuda \| mps\)/);
     assert.match(problems.join('\n'), /midword\.topP = 0 is invalid/);
+  });
+
+  it('debounceMs takes "auto" or whole milliseconds; contextFiles auto | off; contextBytes >= 0', () => {
+    for (const valid of ['auto', 0, 250]) {
+      const { options, problems } = buildInitializationOptionsWithProblems((key) => (key === 'debounceMs' ? valid : undefined));
+      assert.equal(options.debounceMs, valid);
+      assert.deepEqual(problems, []);
+    }
+    const invalid: [string, unknown][] = [
+      ['debounceMs', 'fast'],
+      ['debounceMs', -1],
+      ['debounceMs', 12.5],
+      ['debounceMs', true],
+      ['contextFiles', 'on'],
+      ['contextBytes', -5],
+    ];
+    for (const [key, value] of invalid) {
+      const { options, problems } = buildInitializationOptionsWithProblems((k) => (k === key ? value : undefined));
+      assert.equal(options[key as ServerOptionKey], FALLBACK_OPTIONS[key as ServerOptionKey], key);
+      assert.equal(problems.length, 1, `${key} = ${JSON.stringify(value)}`);
+      assert.match(String(problems[0]), new RegExp(`midword\\.${key} = `));
+    }
   });
 
   it('ensemble settings: anything but an array of strings / finite numbers, or mix | product, falls back with a problem', () => {
