@@ -11,6 +11,7 @@ from midword.engine import VCT, PrefixError, build_tree, load_engine
 from midword.engine.vct import MAX_PREFIX_BYTES
 
 from midword.testing import CORPUS, tokenizer_path
+from midword.testing.fixtures import SENTENCEPIECE
 
 from .oracle import (
     brute_force_tree,
@@ -78,8 +79,9 @@ def _bytes_short(data: bytes) -> int:
     return 0
 
 
-def test_edit_property_matches_scratch() -> None:
-    eng = load_engine(str(tokenizer_path("llama3")))
+@pytest.mark.parametrize("name", ["llama3", *SENTENCEPIECE])
+def test_edit_property_matches_scratch(name: str) -> None:
+    eng = load_engine(str(tokenizer_path(name)))
     rng = random.Random(2)
     source = CORPUS[0].encode() + CORPUS[4].encode()
     vct = VCT(eng)
