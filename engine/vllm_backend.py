@@ -46,8 +46,9 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,9 @@ MAX_CHOSEN_IDS = 128  # vLLM's limit on logprob_token_ids per request
 FULL_ROWS_PER_REQUEST = 16  # bounds one response's size (a 150k row is about 5 MB of JSON)
 ROW_CACHE_BYTES = 64 << 20  # full rows kept by a session for contexts asked again
 CHOSEN_ROWS_KEPT = 256
+SHORT_ROW_RETRIES = 8
+GREEDY_TOP_K = 20  # ids a greedy search asks of a node with many leaves (see VLLMSession.expect)
+NodeReads = dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]  # context -> (leaves, exact)
 # Text whose encoding exercises the tokenizer's pre-tokenizer, merges and byte alphabet.
 TOKENIZER_PROBE = (
     'def main(argv):\n    total = 12345 + 0.5  # sum\n    print(f"héllo, wörld {total!r}")\n'
@@ -121,6 +125,8 @@ class WireStats:
     bytes_received: int = 0
     full_rows: int = 0
     chosen_rows: int = 0
+    top_rows: int = 0
+    retries: int = 0  # rows asked again (see VLLMModel._checked_entries)
     streamed_tokens: int = 0
 
     def copy(self) -> WireStats:
@@ -369,16 +375,8 @@ class VLLMModel:
         for start in range(0, len(prompts), FULL_ROWS_PER_REQUEST):
             batch = prompts[start : start + FULL_ROWS_PER_REQUEST]
             body = self._scoring_body(batch, logprobs=-1)
-            for entry in self._first_logprobs(body, len(batch)):
-                ids, values = _row_entries(entry)
-                if len(ids) != self.vocab_size:
-                    raise EngineMismatch(
-                        f"engine at {self.client.url} returned {len(ids)} log-probs for a full "
-                        f"row; the model has {self.vocab_size} (start it with --max-logprobs -1)"
-                    )
-                row = np.full(self.vocab_size, NEG_INF)
-                row[ids] = values
-                rows.append(row)
+            entries = self._checked_entries(body, lambda e: len(e) == self.vocab_size)
+            rows.extend(self._row(entry) for entry in entries)
         self.client.stats.full_rows += len(prompts)
         return rows
 
@@ -388,17 +386,51 @@ class VLLMModel:
         wanted = sorted({int(i) for i in ids})
         if len(wanted) > MAX_CHOSEN_IDS:
             raise ValueError(f"at most {MAX_CHOSEN_IDS} chosen ids per request, got {len(wanted)}")
+        keys = {f"{_TOKEN_KEY}{i}" for i in wanted}
         body = {**self._scoring_body(prompts, logprobs=1), "logprob_token_ids": wanted}
-        rows = []
-        for entry in self._first_logprobs(body, len(prompts)):
-            got, values = _row_entries(entry)
-            row = np.full(self.vocab_size, NEG_INF)
-            row[got] = values
-            if not set(wanted) <= set(got.tolist()):
-                raise EngineRefused(f"engine at {self.client.url} left out some chosen ids")
-            rows.append(row)
+        entries = self._checked_entries(body, lambda e: keys <= e.keys())
         self.client.stats.chosen_rows += len(prompts)
-        return rows
+        return [self._row(entry) for entry in entries]
+
+    def top_rows(self, prompts: list[list[int]], k: int) -> list[np.ndarray]:
+        """Rows with the server's ``k`` likeliest ids after each prompt, ``-inf`` elsewhere."""
+        body = self._scoring_body(prompts, logprobs=k)
+        entries = self._checked_entries(body, lambda e: len(e) >= min(k, self.vocab_size))
+        self.client.stats.top_rows += len(prompts)
+        return [self._row(entry) for entry in entries]
+
+    def _row(self, entry: dict[str, float]) -> np.ndarray:
+        ids, values = _row_entries(entry)
+        row = np.full(self.vocab_size, NEG_INF)
+        row[ids] = values
+        return row
+
+    def _checked_entries(
+        self, body: dict[str, Any], ok: Callable[[dict[str, float]], bool]
+    ) -> list[dict[str, float]]:
+        """`_first_logprobs`, asking again for the prompts whose answer ``ok`` refuses.
+
+        vLLM 0.32 applies ``logprob_token_ids`` to a whole batch: a request for full rows
+        or top ids that the server batches with one for chosen ids gets only its sampled
+        token back. Such a short answer is recognised (a full row has one entry per id,
+        a top row ``k``) and asked for again; it comes right once the batches differ.
+        """
+        prompts = body["prompt"]
+        entries = self._first_logprobs(body, len(prompts))
+        for attempt in range(SHORT_ROW_RETRIES):
+            bad = [i for i, entry in enumerate(entries) if not ok(entry)]
+            if not bad:
+                return entries
+            self.client.stats.retries += len(bad)
+            time.sleep(0.002 * (attempt + 1))
+            again = self._first_logprobs({**body, "prompt": [prompts[i] for i in bad]}, len(bad))
+            for i, entry in zip(bad, again, strict=True):
+                entries[i] = entry
+        raise EngineRefused(
+            f"engine at {self.client.url} keeps answering with short log-prob rows (it must "
+            "run with --max-logprobs -1 --logprobs-mode raw_logprobs, and serve a vocabulary "
+            "no smaller than the tokenizer's)"
+        )
 
     def _scoring_body(self, prompts: list[list[int]], logprobs: int) -> dict[str, Any]:
         return {
@@ -445,6 +477,8 @@ class VLLMSession:
         self._rows: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()  # full rows
         self._chosen: dict[tuple[int, ...], tuple[frozenset[int], np.ndarray]] = {}
         self._needs: dict[tuple[int, ...], np.ndarray] = {}  # by context (see expect)
+        self._wide: NodeReads = {}  # by context: rows read for their likeliest leaf only
+        self._top: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()  # by prompt
         self._cut = 0  # context tokens left out in front (see prompt)
 
     # ------------------------------------------------------------------ protocol
@@ -462,12 +496,16 @@ class VLLMSession:
         found: dict[tuple[int, ...], np.ndarray] = {}
         full: list[tuple[int, ...]] = []
         chosen: list[tuple[int, ...]] = []
+        wide: list[tuple[int, ...]] = []
         for ctx, prompt in prompts.items():
             row = self._cached(prompt, self._needs.get(ctx))
+            if row is None and ctx in self._wide:
+                row = self._top.get(prompt)
             if row is not None:
                 found[ctx] = row
             else:
-                (chosen if ctx in self._needs else full).append(ctx)
+                (chosen if ctx in self._needs else wide if ctx in self._wide else full).append(ctx)
+        found.update(self._fetch_top(wide, prompts))
         found.update(self._fetch_full(full, prompts))
         found.update(self._fetch_chosen(chosen, prompts))
         return [found[ctx] for ctx in contexts]
@@ -479,18 +517,30 @@ class VLLMSession:
     def reset(self) -> None:
         self._rows.clear()
         self._chosen.clear()
+        self._top.clear()
 
     # ------------------------------------------------------------------ chosen ids
     @contextlib.contextmanager
-    def expect(self, needs: dict[tuple[int, ...], np.ndarray]) -> Iterator[None]:
-        """Within the block, the row after context ``trunk + path`` (a key of ``needs``)
-        is read only at ``needs[key]``: it is fetched as chosen ids when that is at most
-        128 ids, else as a full row."""
-        self._needs = {k: v for k, v in needs.items() if len(v) <= MAX_CHOSEN_IDS}
+    def expect(self, reads: NodeReads, greedy: bool = False) -> Iterator[None]:
+        """Within the block, the row after context ``trunk + path`` (a key of ``reads``)
+        is read only at the ids ``reads[key]`` names: it is fetched as chosen ids when
+        that is at most 128 ids, else as a full row.
+
+        ``greedy``: the caller only looks for the likeliest leaf of such a row (and reads
+        its exact ids exactly): a row with more than 128 ids comes as the server's top
+        `GREEDY_TOP_K` plus the exact ids, and as a full row only when no leaf is among
+        the top ones (then some leaf outside them could be the likeliest).
+        """
+        for ctx, (leaves, exact) in reads.items():
+            ids = np.union1d(leaves, exact)
+            if len(ids) <= MAX_CHOSEN_IDS:
+                self._needs[ctx] = ids
+            elif greedy:
+                self._wide[ctx] = (leaves, exact)
         try:
             yield
         finally:
-            self._needs = {}
+            self._needs, self._wide = {}, {}
 
     # ------------------------------------------------------------------ the prompt
     def prompt(self, context: Sequence[int]) -> list[int]:
@@ -541,6 +591,31 @@ class VLLMSession:
             self._rows.popitem(last=False)
         return dict(zip(contexts, rows, strict=True))
 
+    def _fetch_top(
+        self, contexts: list[tuple[int, ...]], prompts: dict[tuple[int, ...], tuple[int, ...]]
+    ) -> dict[tuple[int, ...], np.ndarray]:
+        """Rows for a greedy search: the top ids and the exact ids; a full row where no
+        leaf made the top (see `expect`)."""
+        if not contexts:
+            return {}
+        rows = self.model.top_rows([list(prompts[c]) for c in contexts], GREEDY_TOP_K)
+        exact = {c: self._wide[c][1] for c in contexts if len(self._wide[c][1])}
+        by_ctx = dict(zip(contexts, rows, strict=True))
+        for group, ids in _group_by_ids(list(exact), exact):
+            values = self.model.chosen_rows([list(prompts[c]) for c in group], ids)
+            for ctx, row in zip(group, values, strict=True):
+                by_ctx[ctx][ids] = row[ids]
+        self.inference_tokens += len(contexts)
+        missing = [c for c in contexts if not np.isfinite(by_ctx[c][self._wide[c][0]]).any()]
+        out = {c: row for c, row in by_ctx.items() if c not in missing}
+        for ctx, row in out.items():
+            row.setflags(write=False)
+            self._top[prompts[ctx]] = row
+        while len(self._top) > CHOSEN_ROWS_KEPT:
+            self._top.popitem(last=False)
+        out.update(self._fetch_full(missing, prompts))
+        return out
+
     def _fetch_chosen(
         self, contexts: list[tuple[int, ...]], prompts: dict[tuple[int, ...], tuple[int, ...]]
     ) -> dict[tuple[int, ...], np.ndarray]:
@@ -581,23 +656,25 @@ def _group_by_ids(
     return [(members, sorted(ids)) for members, ids in groups]
 
 
-def tree_needs(tree: Tree, events: np.ndarray | None) -> dict[tuple[int, ...], np.ndarray]:
-    """The entries a sampler reads of each node's row, keyed by ``trunk + path``: the
-    node's leaves, its children's tokens, and the end-of-text events at ``tree.complete``
-    (what `ByteSampler` and `LazyTree` read with an identity transform)."""
+def tree_reads(tree: Tree, events: np.ndarray | None) -> NodeReads:
+    """What a sampler reads of each node's row, keyed by ``trunk + path``: (the ids of its
+    leaves, the ids it reads exactly: its children's tokens), with the end-of-text
+    events at ``tree.complete`` in both (what `ByteSampler` and `LazyTree` read with an
+    identity transform)."""
     trunk = tuple(int(t) for t in tree.trunk)
     children: dict[tuple[int, ...], list[int]] = {}
     for node in tree.nodes:
         if node.path:
             children.setdefault(tuple(node.path[:-1]), []).append(int(node.path[-1]))
-    needs = {}
+    reads: NodeReads = {}
+    no_events = np.zeros(0, dtype=np.int64)
     for node in tree.nodes:
         path = tuple(node.path)
-        parts = [np.asarray(node.leaves, dtype=np.int64), np.asarray(children.get(path, []))]
-        if events is not None and events.size and path == tree.complete:
-            parts.append(events)
-        needs[trunk + path] = np.unique(np.concatenate(parts).astype(np.int64))
-    return needs
+        ends = events if events is not None and path == tree.complete else no_events
+        leaves = np.concatenate([np.asarray(node.leaves, dtype=np.int64), ends])
+        exact = np.concatenate([np.asarray(children.get(path, []), dtype=np.int64), ends])
+        reads[trunk + path] = (np.unique(leaves), np.unique(exact))
+    return reads
 
 
 # --------------------------------------------------------------------------------------
@@ -616,12 +693,13 @@ class RemoteByteSampler(ByteSampler):
         if not transform.is_identity:
             return super()._score(transform)  # a transform reads whole rows
         tree = self.vct.tree()
-        needs = tree_needs(tree, self.event_ids)
+        reads = tree_reads(tree, self.event_ids)
         if self.track_prefix:  # log P(trunk) reads one entry of each new trunk row
             start = _common_prefix(self._scored, tree.trunk)
+            none = np.zeros(0, dtype=np.int64)
             for i in range(start, len(tree.trunk)):
-                needs[tuple(tree.trunk[:i])] = np.array([tree.trunk[i]], dtype=np.int64)
-        with self.session.expect(needs):
+                reads[tuple(tree.trunk[:i])] = (none, np.array([tree.trunk[i]], dtype=np.int64))
+        with self.session.expect(reads):
             return super()._score(transform)
 
 
@@ -656,7 +734,7 @@ class RemoteCompleter(Completer):
         if not transform.is_identity:
             return super()._lazy_leaf(tree, transform, s, greedy, rng, out)
         events = None if s.ignore_eos else self.sampler.event_ids
-        with self.session.expect(tree_needs(tree, events)):
+        with self.session.expect(tree_reads(tree, events), greedy=greedy):
             return super()._lazy_leaf(tree, transform, s, greedy, rng, out)
 
     def _generate(
@@ -809,7 +887,7 @@ def connect_vllm(
         special = [i for i in engine.tok.special_ids]
         start = bos if bos is not None else eos if eos is not None else (special or [None])[0]
         probe = VLLMModel(client, name, engine.tok.size, context, bos, eos, special)
-        vocab = _probe_vocab(probe, start)
+        vocab = _probe_vocab(probe, start, engine.tok.size)
     except BaseException:
         client.close()
         raise
@@ -823,14 +901,15 @@ def connect_vllm(
     return VLLMModel(client, name, vocab, context, bos, eos, special)
 
 
-def _probe_vocab(probe: VLLMModel, start: int | None) -> int:
-    """The server's vocabulary size: the length of a full row after the start token."""
+def _probe_vocab(probe: VLLMModel, start: int | None, at_least: int) -> int:
+    """The server's vocabulary size: the length of a full row after the start token (a
+    row of consecutive ids from 0, at least as long as the tokenizer; a short one, as a
+    batch shared with a chosen-ids request gives, is asked for again)."""
     body = probe._scoring_body([[start if start is not None else 0]], logprobs=-1)
-    entry = probe._first_logprobs(body, 1)[0]
-    ids, _ = _row_entries(entry)
-    if not len(ids) or int(ids.max()) + 1 != len(ids):
-        raise EngineMismatch(
-            f"engine at {probe.client.url} returned {len(ids)} log-probs for a full row "
-            "(start it with --max-logprobs -1 --logprobs-mode raw_logprobs)"
-        )
-    return len(ids)
+
+    def whole(entry: dict[str, float]) -> bool:
+        ids, _ = _row_entries(entry)
+        return len(ids) >= at_least and int(ids.max()) + 1 == len(ids)
+
+    entry = probe._checked_entries(body, whole)[0]
+    return len(entry)

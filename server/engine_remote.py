@@ -230,13 +230,17 @@ class RemoteDocument:
             self.backend.failed(exc)
 
     def prepare(self, prefix: bytes, method: str, should_stop: StopFn = None) -> None:
-        """As `SingleDocument.prepare`; an engine failure is kept for `complete` to raise
-        (the worker reports a completion's BackendError as the answer's reason)."""
+        """Move the live tree to ``prefix`` (nothing is scored yet); an engine failure is
+        kept for `complete` to raise (the worker reports a completion's BackendError as the
+        answer's reason)."""
         from midword.engine.vllm_backend import EngineError
 
         self._error = None
         try:
-            self._document().prepare(prefix, method, should_stop)
+            live = self._document()
+            # only the tree moves here: the items' own leaf searches score what they need
+            # (chosen ids, a greedy search's top ids), not every row of the tree
+            live.completer.sampler.reset(live.cover(prefix))
         except EngineError as exc:
             self.backend.failed(exc)
             self._error = exc

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -132,6 +133,39 @@ def test_session_rows_for_a_tree_equal_plain_rows(remote: VLLMModel, local) -> N
     assert np.array_equal(again[0], rows[1]) and np.array_equal(again[1], rows[2])
 
 
+def test_concurrent_mixed_requests_give_whole_rows(vllm: VLLMServer, engine) -> None:
+    """Several clients at once, asking full rows, top ids and chosen ids: vLLM batches
+    them together, and a batch with chosen ids shortens the others' rows; every row
+    that comes back is the one asked for (short ones are asked again)."""
+    models = [connect_vllm(vllm.url, engine, api_key=API_KEY) for _ in range(3)]
+    prompts = [[0, 312, 1699 + i] for i in range(6)]
+    reference = models[0].full_rows(prompts)
+    chosen_ids = list(range(40, 140))
+
+    def client(k: int) -> list[np.ndarray]:
+        model, rows = models[k], []
+        for _ in range(6):
+            if k == 0:
+                rows += model.full_rows(prompts)
+            elif k == 1:
+                rows += model.top_rows(prompts, 20)
+            else:
+                rows += model.chosen_rows(prompts, chosen_ids)
+        return rows
+
+    with ThreadPoolExecutor(3) as pool:
+        full, top, chosen = pool.map(client, range(3))
+    for i, row in enumerate(full):
+        assert np.abs(row - reference[i % 6]).max() < TOL
+    for i, row in enumerate(top):
+        want = np.sort(reference[i % 6])[-20:]
+        assert np.abs(np.sort(row[np.isfinite(row)])[-20:] - want).max() < TOL
+    for i, row in enumerate(chosen):
+        assert np.abs(row[chosen_ids] - reference[i % 6][chosen_ids]).max() < TOL
+    for model in models:
+        model.close()
+
+
 def test_a_long_context_is_cut_to_the_server_window(remote: VLLMModel, engine) -> None:
     session = remote.session(bos_id=0)
     trunk = engine.tok.encode("value = compute(value)\n" * 200)
@@ -198,6 +232,20 @@ def test_chosen_ids_give_the_full_rows_values(remote: VLLMModel, engine) -> None
     plain = full.leaf_set()
     assert np.array_equal(chosen.token, plain.token)
     assert np.abs(chosen.weights - plain.weights).max() < TOL
+
+
+def test_greedy_search_asks_the_top_ids_not_full_rows(remote: VLLMModel, engine) -> None:
+    """A greedy lazy search reads a many-leaf node through the server's top ids (and its
+    children exactly): no full row when a leaf is among the top (greedy equality with
+    in-process is checked below)."""
+    completer = remote.completer(engine)
+    before = remote.client.stats.copy()
+    for prefix in PREFIXES:
+        completer.complete(prefix, Settings(max_tokens=1))
+    spent = remote.client.stats.minus(before)
+    assert spent.top_rows >= 1  # a node with many leaves was asked for its top ids ...
+    assert spent.full_rows <= 1  # ... and a leaf was among them (it is, but for one here)
+    assert spent.bytes_received < 40_000 * len(PREFIXES)  # a full row alone is 146 KB
 
 
 def test_chain_rule(remote: VLLMModel, engine) -> None:
