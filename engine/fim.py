@@ -420,6 +420,9 @@ class FimCompleter:
     KV session across calls (see `PromptedSession` for what it reuses).
 
     ``Completion.text`` is the middle (what goes at the cursor), in any template.
+    ``Settings.method`` applies to the covered bytes: with a one-segment template ``naive``
+    is FIM-naive (the prefix encoded, then generation) and ``bytesampler`` is exact; with
+    separate segments nothing is covered at the cursor and the methods coincide.
     """
 
     def __init__(
