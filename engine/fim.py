@@ -422,7 +422,8 @@ class FimCompleter:
     ``Completion.text`` is the middle (what goes at the cursor), in any template.
     ``Settings.method`` applies to the covered bytes: with a one-segment template ``naive``
     is FIM-naive (the prefix encoded, then generation) and ``bytesampler`` is exact; with
-    separate segments nothing is covered at the cursor and the methods coincide.
+    separate segments nothing is covered at the cursor and the methods differ only in the
+    first tokens ``bytesampler`` leaves out (those no canonical encoding starts with).
     """
 
     def __init__(
