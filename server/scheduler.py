@@ -29,6 +29,7 @@ import logging
 import math
 import threading
 import time
+import traceback
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -58,6 +59,11 @@ class _Job:
         try:
             result = self.fn(*self.args)
         except BaseException as exc:  # handed to whoever waits on the future
+            # The finished frames' locals go now (a stopped request's covering tree, score
+            # rows, the document itself if it was evicted meanwhile): kept, they would live
+            # as long as the exception, which sits in the future and in a cycle through
+            # the awaiting coroutine's frame until a full collection. Line numbers stay.
+            traceback.clear_frames(exc.__traceback__)
             self.future.set_exception(exc)
         else:
             self.future.set_result(result)

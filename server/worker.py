@@ -26,6 +26,7 @@ Example (a fake model, no torch needed)::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -54,6 +55,8 @@ log = logging.getLogger("midword.server")
 
 MAX_LIVE_DOCUMENTS = 8  # documents that keep a live VCT and KV cache (least recent dropped)
 SYNC_DELAY_S = 0.05  # a change's sync waits for a pause this long (see ModelHost.sync)
+TRIM_EVERY_S = 10.0  # model work's freed heap pages go back to the OS at most this often
+TRIM_KEY = "midword:trim"  # the background key of that trim (not a document URI)
 
 
 @dataclass
@@ -133,6 +136,7 @@ class ModelHost:
         self._documents: OrderedDict[str, _Held] = OrderedDict()  # worker thread only
         self._lock = threading.Lock()  # guards the load generation
         self._generation = 0
+        self._trimmed_at = time.monotonic()
         self._watchers: list[ModelWatcher] = []
         # Set by the transport: the client's messages wait to be read. Background syncs
         # then give way (the event loop shares the interpreter with this thread).
@@ -243,6 +247,7 @@ class ModelHost:
 
         if not self.ready:
             return
+        self._trim_later()
         held = self._documents.get(uri)  # not moved up the LRU: nobody asked for it
         if held is None or (not force and self._worker.has_request(uri)):
             return  # not live any more, or a request for it moves the VCT itself
@@ -269,6 +274,24 @@ class ModelHost:
 
     def _drop(self, uri: str) -> None:
         self._documents.pop(uri, None)
+        self._trim()
+
+    def _trim_later(self) -> None:
+        """Return the heap pages model work freed to the OS, once nothing waits.
+
+        A forward pass frees blocks of many sizes (activations, score rows, a grown KV
+        cache), and glibc keeps freed pages in the worker thread's own arena: in the busy
+        editor soak that arena grew from 20 to 65 MB in three minutes, half of it free
+        blocks, while the event loop's stayed at 18 MB, and one ``malloc_trim`` gave back
+        23 MB of resident memory. So model work queues a trim as background work (it
+        waits for a gap between requests) at most every `TRIM_EVERY_S`: a few ms.
+        """
+        if time.monotonic() - self._trimmed_at >= TRIM_EVERY_S and not self._worker.closed:
+            with contextlib.suppress(RuntimeError):  # shut down meanwhile
+                self._worker.background(TRIM_KEY, self._trim)
+
+    def _trim(self) -> None:
+        self._trimmed_at = time.monotonic()
         release_memory()
 
     def _document(self, uri: str) -> _Held:
@@ -315,6 +338,7 @@ class ModelHost:
 
         if not self.ready:
             return Answer(reason=self.status.message)
+        self._trim_later()
 
         def stop() -> bool:  # cancelled, the document changed, a newer request waits, exit
             worker = self._worker
