@@ -17,8 +17,14 @@ the JSON-RPC transport) on the shipped default model, and prints:
    objects out of them once it is loaded).
 2. Incremental vs rebuild: typing at the end of a 10k-line buffer, with the live VCT and
    KV cache vs rebuilding both for every request; ratio of server-side time (goal >= 10x).
+3. Typing through accepted text: at cut points inside lines of the file, the shown
+   completion is typed one character at a time with an Automatic request after each
+   (the real `Controller.inline` path, debounce off): the fraction of those keystrokes
+   answered from the rest of the shown completion without a model call, and the
+   latency (didChange + request) of those keystrokes and of the ones that went to the
+   model in the same run, p50 / p95.
 
-    python benchmarks/bench_server.py [--lines 300] [--keys 0] [--tail-keys 150]
+    python benchmarks/bench_server.py [--lines 300] [--keys 0] [--tail-keys 150] [--points 40]
 """
 
 from __future__ import annotations
@@ -182,6 +188,46 @@ async def replay(
     return rows
 
 
+def end_position(text: str) -> tuple[int, int]:
+    """LSP (line, UTF-16 character) of the end of ``text``."""
+    line = text.count("\n")
+    last = text[text.rfind("\n") + 1 :]
+    return line, len(last.encode("utf-16-le")) // 2
+
+
+async def type_through(
+    controller: Controller, text: str, points: int
+) -> tuple[list[float], list[float], int]:
+    """Section 3: (seconds of keystrokes answered without the model, seconds of keystrokes
+    that went to the model, shown completions typed through)."""
+    lines = text.split("\n")
+    step = max(1, len(lines) // points)
+    reused, modelled, shown_count = [], [], 0
+    for number in range(0, len(lines), step):
+        body = lines[number]
+        if len(body.strip()) < 4:
+            continue
+        cut = sum(len(x) + 1 for x in lines[:number]) + len(body) // 2
+        buffer = text[:cut]
+        controller.open(URI, buffer, 1)
+        version = 1
+        shown = await controller.inline(URI, *end_position(buffer), False)  # cold: not counted
+        if shown:
+            shown_count += 1
+        for ch in shown[0].text if shown else "":
+            line, col = end_position(buffer)
+            version += 1
+            before = controller.counts["reusedAnswers"]
+            started = time.perf_counter()
+            controller.change(URI, version, [(Range(line, col, line, col), ch)])
+            buffer += ch
+            await controller.inline(URI, *end_position(buffer), False)
+            seconds = time.perf_counter() - started
+            (reused if controller.counts["reusedAnswers"] > before else modelled).append(seconds)
+        controller.close(URI)
+    return reused, modelled, shown_count
+
+
 async def live_tail(controller: Controller) -> int:
     state = await controller.live_state(URI)
     return 0 if state is None else len(state["tree"]["nodes"])
@@ -216,6 +262,8 @@ async def main() -> None:
     parser.add_argument("--keys", type=int, default=0, help="stop after this many keys (0: all)")
     parser.add_argument("--tail-keys", type=int, default=150, help="keys typed in the 10k buffer")
     parser.add_argument("--max-tokens", type=int, default=2, help="tokens per completion")
+    parser.add_argument("--points", type=int, default=40, help="cut points typed through (3.)")
+    parser.add_argument("--through-tokens", type=int, default=8, help="tokens per completion (3.)")
     args = parser.parse_args()
 
     # the figures are the small shipped model's, whatever the default model is now
@@ -273,6 +321,16 @@ async def main() -> None:
         f"({statistics.mean(k.answer.tree_tokens for k in cold):.1f} tree tokens)"
     )
     print(f"   ratio: {cold_s / live_s:.1f}x")
+
+    controller.configure({"maxTokens": args.through_tokens, "debounceMs": 0})
+    reused, modelled, shown = await type_through(controller, text, args.points)
+    keys = len(reused) + len(modelled)
+    if not reused or not modelled:
+        raise SystemExit(f"3. nothing typed through ({len(reused)} reused, {len(modelled)} not)")
+    print(f"\n3. typing through accepted text ({shown} completions shown, {keys} keys typed)")
+    print(f"   answered without a model call: {len(reused)}/{keys} = {len(reused) / keys:.1%}")
+    print(f"   their latency (didChange + request): {_quantiles(reused)}")
+    print(f"   keys that went to the model, same run: {_quantiles(modelled)}")
     controller.shutdown()
 
 
