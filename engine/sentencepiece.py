@@ -248,6 +248,11 @@ class SentencePieceTokenizer(BPETokenizer):
         self._prefixes = sorted({a[:k] for a in self.added_bytes for k in range(1, len(a))})
         self._added_sorted = sorted(self.added_bytes)
         self._longest_added = max(map(len, self.added_bytes), default=0)
+        self._added_lengths = sorted({len(a) for a in self.added_text})
+        firsts: dict[str, set[int]] = {}
+        for a in self.added_text:
+            firsts.setdefault(a[0], set()).add(len(a))
+        self._lengths_by_first = {c: sorted(ns, reverse=True) for c, ns in firsts.items()}
         self._chars_cached = lru_cache(maxsize=200_000)(self._bpe_chars)
 
     def _check_added(self, file: str) -> None:
@@ -347,6 +352,30 @@ class SentencePieceTokenizer(BPETokenizer):
             if k < len(self._prefixes) and self._prefixes[k] == rest:
                 out.append(j)
         return out
+
+    def split_added(self, text: str) -> list[tuple[str, int | None]]:
+        """Leftmost-longest non-special added text, as the base class's regex finds it, by
+        lookups per length (the regex over Gemma's 6,406 texts costs ~100 us a call)."""
+        out: list[tuple[str, int | None]] = []
+        pos = i = 0
+        while i < len(text):
+            for n in self._lengths_by_first.get(text[i], ()):
+                hit = self.added_text.get(text[i : i + n])
+                if hit is not None:
+                    if i > pos:
+                        out.append((text[pos:i], None))
+                    out.append((text[i : i + n], hit))
+                    pos = i = i + n
+                    break
+            else:
+                i += 1
+        if pos < len(text):
+            out.append((text[pos:], None))
+        return out
+
+    def ends_with_added(self, text: str) -> bool:
+        """Does ``text`` end with a whole non-special added text?"""
+        return any(text[-n:] in self.added_text for n in self._added_lengths if n <= len(text))
 
     def completing_needs(self, head: bytes) -> list[bytes]:
         """The bytes that, right after ``head``, would complete an added text begun in it."""

@@ -168,11 +168,16 @@ class VCT:
         if not text:
             return
         limit = len(text)
-        if self.tok.added_text:
-            starts = self.tok.pending_starts(region)  # type: ignore[attr-defined]
+        tok = self.tok
+        if tok.added_text:
+            starts = tok.pending_starts(region)  # type: ignore[attr-defined]
             if starts:  # the character a pending added text starts at
                 limit = min(limit, len(region[: starts[0]].decode("utf-8", "ignore")))
-            if self._settle_added(text, limit):
+            # a match to settle has just ended, or one waited for a pending text before it
+            # that this byte resolved (the encoder's regex is slow on 6,406 added texts)
+            before = tok.pending_starts(region[:-1])  # type: ignore[attr-defined]
+            moved = bool(before) and (not starts or starts[0] != before[0])
+            if (moved or tok.ends_with_added(text)) and self._settle_added(text, limit):  # type: ignore[attr-defined]
                 return self._advance_sp()
         hard = self.tok.hard  # type: ignore[attr-defined]
         # the character after the last complete one is unknown: its boundary waits. Without
