@@ -141,18 +141,45 @@ def finalize(text: str, scope: Scope, unit: str) -> str:
 
 
 def _trim_suffix_overlap(text: str, suffix: str) -> str:
-    """Drop the part of the first line that the text after the cursor already has."""
+    """Drop the part of the first line that the text after the cursor already has.
+
+    A closing bracket that closes something opened before the cursor is where the
+    suffix takes over, when the suffix starts with that bracket:
+
+    >>> _trim_suffix_overlap("args, f(x)))", ")")
+    'args, f(x)'
+    >>> _trim_suffix_overlap("x = 1", "")
+    'x = 1'
+    """
     wanted = suffix.strip()
     if not wanted:
         return text
     first, newline, rest = text.partition("\n")
-    if first.rstrip().endswith(wanted):
+    if wanted[0] in CLOSERS:  # brackets the completion opens are its own to close
+        closer = _first_unmatched_closer(first)
+        if closer is None or first[closer] != wanted[0]:
+            return text
+        first = first[:closer].rstrip()
+    elif first.rstrip().endswith(wanted):
         first = first.rstrip()[: -len(wanted)]
     elif wanted in first:
         first = first[: first.index(wanted)]
     else:
         return text
     return first if not newline else first + newline + rest
+
+
+def _first_unmatched_closer(line: str) -> int | None:
+    """Index of the first closing bracket with no opener before it on ``line``."""
+    depth = 0
+    for index, char in enumerate(line):
+        if char in "([{":
+            depth += 1
+        elif char in CLOSERS:
+            if depth == 0:
+                return index
+            depth -= 1
+    return None
 
 
 def indent_unit(lines: Sequence[str]) -> str:

@@ -124,6 +124,9 @@ def test_scope_mid_line_is_one_line_and_trims_the_suffix() -> None:
     assert not scope.multiline
     assert finalize("a)\nmore", scope, "    ") == "a"
     assert finalize("a, b) + 1", scope, "    ") == "a, b"
+    # the completion's own brackets stay; the first one it cannot match is the suffix's
+    assert finalize("a, g(b)))", scope, "    ") == "a, g(b)"
+    assert finalize("a, g(b)", scope, "    ") == "a, g(b)"
     assert finalize("a<|endoftext|>b", scope, "    ") == "a"
 
 
