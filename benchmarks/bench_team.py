@@ -10,6 +10,8 @@ sessions it prints:
 * per-keystroke latency, p50 / p95 (the completion after the key, client side);
 * requests per completion and bytes on the wire per completion (request and response
   bodies, both ways);
+* the share of tree rows asked as chosen or top ids rather than full rows ("sparse"), and
+  short rows asked again (vLLM batches; see engine/vllm_backend.py);
 * the server's prefix-cache hit rate over the run (``vllm:prefix_cache_hits_total`` /
   ``vllm:prefix_cache_queries_total`` from ``/metrics``), in tokens.
 
@@ -47,6 +49,7 @@ class SessionResult:
     wire_bytes: int = 0
     chosen_rows: int = 0
     full_rows: int = 0
+    retries: int = 0
     errors: int = 0
 
 
@@ -58,7 +61,16 @@ def source_files(count: int) -> list[Path]:
 
 
 def run_session(args: dict, index: int, start_at: float, out: multiprocessing.Queue) -> None:
-    """One editor: type ``keys`` characters into file ``index``, completing after each."""
+    """One editor (a process): its figures, or one error when it could not run."""
+    try:
+        out.put(type_file(args, index, start_at).__dict__)
+    except Exception as exc:  # the parent waits for one answer per session
+        print(f"session {index}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        out.put(SessionResult(errors=1).__dict__)
+
+
+def type_file(args: dict, index: int, start_at: float) -> SessionResult:
+    """Type ``keys`` characters into file ``index``, completing after each."""
     from midword.engine import load_engine
     from midword.engine.generate import Settings
     from midword.engine.vllm_backend import EngineError, connect_vllm
@@ -84,13 +96,14 @@ def run_session(args: dict, index: int, start_at: float, out: multiprocessing.Qu
         spent = model.client.stats.minus(before)
         result.requests += spent.requests
         result.wire_bytes += spent.bytes_sent + spent.bytes_received
-        result.chosen_rows += spent.chosen_rows
+        result.chosen_rows += spent.chosen_rows + spent.top_rows
         result.full_rows += spent.full_rows
+        result.retries += spent.retries
         wait = args["key_ms"] / 1e3 - (time.perf_counter() - key_time)
         if wait > 0:
             time.sleep(wait)
     model.close()
-    out.put(result.__dict__)
+    return result
 
 
 def _line_start(text: bytes, at_least: int) -> int:
@@ -135,6 +148,8 @@ def measure(args: argparse.Namespace, sessions: int) -> dict:
     hits1, queries1 = prefix_cache(args.url)
     latencies = [ms for r in results for ms in r.latencies_ms]
     completions = len(latencies)
+    if completions < 2:
+        sys.exit("no completions: see the sessions' errors above")
     quantiles = statistics.quantiles(latencies, n=20)
     return {
         "sessions": sessions,
@@ -145,6 +160,7 @@ def measure(args: argparse.Namespace, sessions: int) -> dict:
         "kb_per_completion": sum(r.wire_bytes for r in results) / completions / 1e3,
         "chosen_share": _share(results),
         "prefix_cache_hit_rate": (hits1 - hits0) / max(1.0, queries1 - queries0),
+        "retries": sum(r.retries for r in results),
         "errors": sum(r.errors for r in results),
     }
 
@@ -222,7 +238,7 @@ def main() -> None:
         if not args.json:
             print(
                 f"{'N':>3} {'compl.':>6} {'p50 ms':>8} {'p95 ms':>8} {'req/compl':>9} "
-                f"{'KB/compl':>8} {'chosen':>6} {'cache hit':>9} {'errors':>6}"
+                f"{'KB/compl':>8} {'sparse':>6} {'cache hit':>9} {'retries':>7} {'errors':>6}"
             )
         for n in args.sessions_list:
             row = measure(args, n)
@@ -233,7 +249,7 @@ def main() -> None:
                     f"{n:>3} {row['completions']:>6} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} "
                     f"{row['requests_per_completion']:>9.2f} {row['kb_per_completion']:>8.1f} "
                     f"{row['chosen_share']:>6.0%} {row['prefix_cache_hit_rate']:>9.1%} "
-                    f"{row['errors']:>6}"
+                    f"{row['retries']:>7} {row['errors']:>6}"
                 )
             sys.stdout.flush()
     finally:
