@@ -164,6 +164,8 @@ class VLLMClient:
     ) -> None:
         import httpx
 
+        # httpx logs every request at INFO: one line per keystroke in the server's log
+        logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
         self.url = url.rstrip("/")
         self.timeout = timeout if timeout is not None else _timeout_from_env()
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV, "")
