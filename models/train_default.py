@@ -55,6 +55,9 @@ EOT = "<|endoftext|>"
 # Fill-in-the-middle sentinels (Qwen2.5-Coder's names); with EOT they get ids 0-3.
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
 SPECIAL_TOKENS = (EOT, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
+# config.json's "fim_template": the name of the SPM layout in midword.engine.fim.TEMPLATES,
+# so that `fim: auto` picks SPM (the covering tree applies at the cursor) over Qwen's PSM.
+FIM_TEMPLATE_NAME = "qwen-spm"
 # Member of a --make-data-tar tarball that records where its files came from.
 DATA_TAR_META = "midword-data.json"
 # The cl100k_base pre-tokenization regex; midword parses it back out of tokenizer.json.
@@ -677,6 +680,8 @@ def build_model(recipe: Recipe, vocab_size: int, eot_id: int):  # -> LlamaForCau
         pad_token_id=eot_id,
         use_cache=True,
     )
+    if recipe.fim_rate > 0:
+        config.fim_template = FIM_TEMPLATE_NAME
     torch.manual_seed(recipe.seed)
     model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(
@@ -999,11 +1004,9 @@ def fim_card_section(summary: dict) -> str:
   SantaCoder / StarCoder recipe) and each part is tokenized on its own. Of the FIM examples,
   {fim["spm_rate"]} are in SPM order, the rest in PSM order:
 
-  | order | document |
-  |---|---|
-  | PSM | `{fim["formats"]["psm"]}` |
-  | SPM | `{fim["formats"]["spm"]}` |
-  | plain | `{fim["formats"]["plain"]}` |
+  - PSM: `{fim["formats"]["psm"]}`
+  - SPM: `{fim["formats"]["spm"]}`
+  - plain: `{fim["formats"]["plain"]}`
 
   In SPM, `prefix+middle` is ONE tokenized text: at inference the prompt is
   `<|endoftext|><|fim_prefix|><|fim_suffix|>` + suffix + `<|fim_middle|>` followed by the

@@ -41,6 +41,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest_lsp.fixture(config=CONFIG, scope="module")
 async def client(lsp_client: LanguageClient, model_dir: Path):
     options = {"model": str(model_dir), "device": "cpu", "maxTokens": 4, "maxItems": 1}
+    options["fim"] = "off"  # the derived tokenizer has the shipped model's FIM tokens
     session = await start(lsp_client, "visual-studio-code", options)
     await session.wait_state("ready")
     yield
