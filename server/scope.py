@@ -56,10 +56,12 @@ class Scope:
     max_lines: int = 16
     max_blank: int = 1
     specials: tuple[str, ...] = field(default_factory=tuple)
+    # the end of the line before the cursor: a marker half typed there is not completed
+    typed_tail: str = ""
 
     def cut(self, text: str) -> int | None:
         """Where ``text`` (the completion so far) must end, or None to go on."""
-        end = _special_cut(text, self.specials)
+        end = _special_cut(text, self.specials, self.typed_tail)
         if not self.multiline:
             newline = text.find("\n")
             found = [i for i in (end, newline if newline >= 0 else None) if i is not None]
@@ -105,6 +107,8 @@ def scope_for(
 ) -> Scope:
     """The scope at a cursor; ``policy`` is "auto", "always" or "never"."""
     specials = tuple(s for s in specials if s)
+    longest = max((len(s) for s in specials), default=1)
+    tail = line_prefix[-(longest - 1) :] if longest > 1 else ""
     indent = _width(line_prefix)
     stripped = line_prefix.strip()
     opens = stripped.endswith(OPENERS)
@@ -113,10 +117,10 @@ def scope_for(
         policy == "always" or (policy == "auto" and (not stripped or opens))
     )
     if not multiline:
-        return Scope(False, suffix=line_suffix, specials=specials)
+        return Scope(False, suffix=line_suffix, specials=specials, typed_tail=tail)
     if opens:
-        return Scope(True, indent + 1, indent, line_suffix, specials=specials)
-    return Scope(True, indent, -1, line_suffix, specials=specials)
+        return Scope(True, indent + 1, indent, line_suffix, specials=specials, typed_tail=tail)
+    return Scope(True, indent, -1, line_suffix, specials=specials, typed_tail=tail)
 
 
 def _width(line: str) -> int:
@@ -124,9 +128,20 @@ def _width(line: str) -> int:
     return len(_LEADING_WS.match(line).group().expandtabs(TAB_WIDTH))
 
 
-def _special_cut(text: str, specials: Sequence[str]) -> int | None:
-    found = [i for i in (text.find(s) for s in specials) if i >= 0]
-    return min(found) if found else None
+def _special_cut(text: str, specials: Sequence[str], typed_tail: str = "") -> int | None:
+    """Where the first special-token text would appear in ``typed_tail + text``, as an
+    index of ``text`` (0 when a marker begun before the cursor would be finished).
+
+    >>> _special_cut("|> y", ["<|eot|>"], "# <|eot")
+    0
+    >>> _special_cut("x = 1<|eot|>", ["<|eot|>"], "# <|")
+    5
+    """
+    joined = typed_tail + text
+    # an occurrence that ends inside the typed tail was typed whole: not the completion's
+    starts = (joined.find(s, max(0, len(typed_tail) - len(s) + 1)) for s in specials)
+    found = [i for i in starts if i >= 0]
+    return max(0, min(found) - len(typed_tail)) if found else None
 
 
 def finalize(text: str, scope: Scope, unit: str) -> str:
