@@ -195,9 +195,9 @@ def trim_suffix_overlap(middle: str, suffix: str, chars: int = OVERLAP_CHARS) ->
     (all of a shorter suffix; nothing is cut for a blank one): a model that does not see
     the suffix, or ignores it, writes it again.
 
-    >>> trim_suffix_overlap("x + 1\n    return y\n", "\n    return y\n")
+    >>> trim_suffix_overlap("x + 1\\n    return y\\n", "\\n    return y\\n")
     'x + 1'
-    >>> trim_suffix_overlap("x + 1", "\n")
+    >>> trim_suffix_overlap("x + 1", "\\n")
     'x + 1'
     """
     anchor = suffix[:chars]
@@ -211,7 +211,7 @@ def infill_middle(problem: dict[str, Any], text: str) -> str:
     """The middle a generated ``text`` gives: up to the function's end, then up to where it
     repeats the suffix.
 
-    >>> infill_middle({"prompt": "def f():\n    ret", "suffix": " + 1\n"}, "urn 1 + 1\nx = 2")
+    >>> infill_middle({"prompt": "def f():\\n    ret", "suffix": " + 1\\n"}, "urn 1 + 1\\nx = 2")
     'urn 1'
     """
     return trim_suffix_overlap(truncate_at_function_end(problem["prompt"], text), problem["suffix"])
