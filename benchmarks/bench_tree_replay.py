@@ -27,7 +27,8 @@ import sysconfig
 import time
 from pathlib import Path
 
-from midword.engine import VCT, Engine, load_engine
+from midword.engine import VCT, load_engine
+from midword.engine.tables import engine_for
 from midword.engine.tokenizer import load_tokenizer
 from midword.engine.utf8 import split_utf8
 
@@ -87,7 +88,7 @@ def _replay(
     the encoding path), alternating which goes first so neither runs colder."""
     vcts = {}
     for fast in (True, False):
-        engine = Engine(load_tokenizer(str(tokenizer_path(name))))  # fresh caches each
+        engine = engine_for(load_tokenizer(str(tokenizer_path(name))))  # fresh caches each
         engine.partial_fast = fast
         vcts[fast] = VCT(engine)
     runs: dict[bool, list[tuple[float, bool, tuple]]] = {True: [], False: []}

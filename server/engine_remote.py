@@ -63,9 +63,10 @@ def load_remote(options: ServerOptions, name: str, on_progress: ProgressFn) -> R
     """The tokenizer of ``name`` (a local model folder or GGUF file) and a connection to
     ``options.engine_url``; an engine that is down is retried in the background, a wrong
     model or tokenizer fails the load (BackendError)."""
-    from midword.engine import Engine, build_tree
+    from midword.engine import build_tree
     from midword.engine.backend import BackendError
     from midword.engine.model_files import prepare_model
+    from midword.engine.tables import engine_for
     from midword.engine.tokenizer import load_tokenizer
     from midword.engine.vllm_backend import EngineError, EngineMismatch
 
@@ -75,7 +76,7 @@ def load_remote(options: ServerOptions, name: str, on_progress: ProgressFn) -> R
         raise BackendError("engine is vllm but engineUrl is not set")
     on_progress("reading the tokenizer", 5)
     source = prepare_model(name, device="cpu", dtype=options.dtype)
-    engine = Engine(load_tokenizer(source))
+    engine = engine_for(load_tokenizer(source))  # SentencePiece files get their own kind
     on_progress("building the covering-tree tables", 20)
     build_tree(engine, b"def main():\n")
     backend = RemoteModels(options, engine, str(source))
