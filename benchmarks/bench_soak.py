@@ -507,6 +507,7 @@ async def main() -> None:
     served = _field(stats, "documentBytes")
     figures = report(tally, elapsed, plan, served == held)
     figures["load_average"] = [loads, os.getloadavg()]
+    figures["flat_mb_per_min"] = FLAT_MB_PER_MIN
     start, end = (" ".join(f"{x:.1f}" for x in row) for row in (loads, os.getloadavg()))
     print(f"  load average (1, 5, 15 min): {start} at the start, {end} at the end")
     if args.json:
