@@ -381,8 +381,10 @@ class Completer:
         hard constraint: generated tokens must agree with them until they are consumed."""
         text, partial = split_utf8(prefix)
         ids = self.tok.encode(text)
+        # bytes the encoding spells before the text (a SentencePiece dummy-prefix space)
+        lead = len(self.tok.decode(ids)) - len(text.encode()) if ids else 0
         base = ids[: max(0, len(ids) - k)]
-        need = prefix[len(self.tok.decode(base)) :]
+        need = prefix[max(0, len(self.tok.decode(base)) - lead) :]
         context = list(base)
         made = 0
         while need and made < s.max_tokens:

@@ -171,3 +171,26 @@ def test_token_healing_cannot_fix_a_deeper_cut(shipped) -> None:
     for method in ("naive", "healing1", "healing2"):
         assert not _greedy(shipped, prefix, method).startswith("rn"), method
     assert _greedy(shipped, prefix, "bytesampler").startswith("rn")
+
+
+def test_token_healing_backs_off_whole_bytes_after_a_dummy_prefix() -> None:
+    """llama2's encoding starts with a dummy-prefix space that the prefix does not have:
+    healing backs off the last token's bytes ("wor"), not one byte fewer."""
+    from midword.engine.sampling import start_token
+
+    from midword.testing.fixtures import tokenizer_path
+
+    engine = load_engine(str(tokenizer_path("llama2")))
+    tok, fake = engine.tok, FakeModel(engine.tok.size, seed=7, scale=1.0)
+    prefix = b"def hello_wor"
+    ids = tok.encode(prefix.decode())
+    assert tok.decode(ids) == b" " + prefix and tok.token_bytes[ids[-1]] == b"wor"
+    # the reference: the best token after the kept ones that agrees with the removed bytes
+    need = tok.token_bytes[ids[-1]]
+    row = fake.session(bos_id=start_token(fake, engine)).logprobs(ids[:-1], [()])[0]
+    agree = [
+        t for t, b in enumerate(tok.token_bytes) if b and (b.startswith(need) or need.startswith(b))
+    ]
+    best = max(agree, key=lambda t: row[t])
+    done = Completer(fake, engine).complete(prefix, Settings(method="healing1", max_tokens=1))
+    assert done.data == tok.token_bytes[best][len(need) :]
