@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .tokenizer import BPETokenizer
+from .bpe import BPETokenizer
 
 _LENGTH_RANGES = {2: (0x80, 0x800), 3: (0x800, 0x10000), 4: (0x10000, 0x110000)}
 

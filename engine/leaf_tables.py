@@ -18,9 +18,9 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from .bpe import BPETokenizer
 from .completions import Completions
 from .pretok import END, ClassMachine
-from .tokenizer import BPETokenizer
 from .utf8 import ENDING_INDEX, PROBE_ENDINGS, PROBES, complete_head, nfc_boundary, split_lenient
 from .validity import Validity
 

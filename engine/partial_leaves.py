@@ -44,9 +44,9 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import regex
 
+from .bpe import BPETokenizer
 from .completions import Completions
 from .pretok import ClassMachine
-from .tokenizer import BPETokenizer
 from .utf8 import ENDING_INDEX, PROBES, char_byte_offsets
 from .validity import Validity
 

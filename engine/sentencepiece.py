@@ -40,18 +40,18 @@ from pathlib import Path
 
 import numpy as np
 
-from .completions import completion_points
-from .tail import TailCache, TailNode
-from .tokenizer import (
+from .bpe import (
     NO_MERGE,
     AddedToken,
     BPETokenizer,
     TokenizerError,
-    _reorder,
     bpe_apply,
+    bpe_last_merge,
     cache_root,
 )
-from .tokenizer import _bpe_last_merge as bpe_last_merge
+from .bpe import reorder_merges as _reorder
+from .completions import completion_points
+from .tail import TailCache, TailNode
 from .utf8 import PrefixError, char_byte_offsets, split_utf8
 from .validity import Validity
 

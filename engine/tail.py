@@ -17,9 +17,9 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from .bpe import BPETokenizer
 from .leaf_tables import Config, LeafTables, scan_configs
 from .pretok import ClassMachine
-from .tokenizer import BPETokenizer
 from .utf8 import SHORT_PROBES, char_byte_offsets, split_utf8
 from .validity import Validity
 

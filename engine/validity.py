@@ -19,7 +19,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .tokenizer import NO_MERGE, BPETokenizer
+from .bpe import NO_MERGE, BPETokenizer
 
 INF = np.iinfo(np.int64).max
 PAIR_MEMO_SIZE = 1 << 18  # remembered pair verdicts (about 85 bytes each: 22 MB when full)
