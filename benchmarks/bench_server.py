@@ -23,8 +23,13 @@ the JSON-RPC transport) on the shipped default model, and prints:
    answered from the rest of the shown completion without a model call, and the
    latency (didChange + request) of those keystrokes and of the ones that went to the
    model in the same run, p50 / p95.
+4. Fill-in-the-middle on and off: --fim-keys characters typed at a cursor in the middle
+   of the file (the rest of it below), into two servers taking turns key by key, one
+   with ``fim: off`` and one with ``fim: auto`` (the shipped model's template):
+   per-keystroke latency, the part outside forward passes, tokens evaluated per key.
 
     python benchmarks/bench_server.py [--lines 300] [--keys 0] [--tail-keys 150] [--points 40]
+        [--fim-keys 60]
 """
 
 from __future__ import annotations
@@ -228,6 +233,31 @@ async def type_through(
     return reused, modelled, shown_count
 
 
+async def typing_in_the_middle(
+    controllers: dict[str, Controller], text: str, keys: int, clock: ForwardClock
+) -> dict[str, list[Key]]:
+    """Section 4: ``keys`` characters typed at a cursor in the middle of ``text`` (the rest
+    of the file below it), into each controller in turn, key by key (one model each)."""
+    lines = text.split("\n")
+    middle = len(lines) // 2
+    cut = sum(len(x) + 1 for x in lines[:middle]) + len(lines[middle]) // 2
+    before, after = text[:cut], text[cut:]
+    typed = (after * 2)[:keys]  # what the file says next, typed again
+    rows: dict[str, list[Key]] = {name: [] for name in controllers}
+    for controller in controllers.values():
+        controller.open(URI, before + after, 1)
+    line, col = end_position(before)
+    for version, ch in enumerate(typed, start=2):
+        for name, controller in controllers.items():
+            forward = clock.seconds
+            seconds, answer = await keystroke(controller, ch, line, col, version)
+            rows[name].append(Key(seconds, clock.seconds - forward, answer))
+        line, col = (line + 1, 0) if ch == "\n" else (line, col + len(ch.encode("utf-16-le")) // 2)
+    for controller in controllers.values():
+        controller.close(URI)
+    return rows
+
+
 async def live_tail(controller: Controller) -> int:
     state = await controller.live_state(URI)
     return 0 if state is None else len(state["tree"]["nodes"])
@@ -264,6 +294,9 @@ async def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=2, help="tokens per completion")
     parser.add_argument("--points", type=int, default=40, help="cut points typed through (3.)")
     parser.add_argument("--through-tokens", type=int, default=8, help="tokens per completion (3.)")
+    parser.add_argument(
+        "--fim-keys", type=int, default=60, help="keys typed mid-file, FIM off and on (4.; 0: skip)"
+    )
     args = parser.parse_args()
 
     # the figures are the small shipped model's, whatever the default model is now
@@ -332,6 +365,32 @@ async def main() -> None:
     print(f"   their latency (didChange + request): {_quantiles(reused)}")
     print(f"   keys that went to the model, same run: {_quantiles(modelled)}")
     controller.shutdown()
+
+    if args.fim_keys:
+        await fim_section(options, text, args.fim_keys, clock)
+
+
+async def fim_section(options: dict, text: str, keys: int, clock: ForwardClock) -> None:
+    """Section 4: fill-in-the-middle on and off, typing into the middle of a file."""
+    controllers = {
+        fim: await ready_controller({**options, "fim": fim, "debounceMs": 0})
+        for fim in ("off", "auto")
+    }
+    template = controllers["auto"].host.status.fim or "off"
+    rows = await typing_in_the_middle(controllers, text, keys, clock)
+    print(f"\n4. typing in the middle of the file, FIM off and on ({keys} keys, taking turns)")
+    for fim, keyed in rows.items():
+        label = "FIM off" if fim == "off" else f"FIM {template}"
+        tokens = statistics.mean(k.answer.tokens for k in keyed)
+        print(
+            f"   {label:<16} per key {_quantiles([k.seconds for k in keyed])}; outside forward "
+            f"passes {_quantiles([k.seconds - k.forward for k in keyed])}; "
+            f"tokens evaluated per key {tokens:.1f}"
+        )
+    off, on = (sum(k.seconds for k in rows[f]) for f in ("off", "auto"))
+    print(f"   FIM on / off, ratio of total times: {on / off:.2f}")
+    for controller in controllers.values():
+        controller.shutdown()
 
 
 if __name__ == "__main__":
