@@ -7,7 +7,8 @@ with their surrounding whitespace stripped; blank lines are skipped on both side
 * A multi-line completion is cut before its first line that repeats the document's
   next non-blank lines (up to `MATCH_LINES` of them must agree, so a lone ``}`` or
   ``pass`` in the middle of a completion does not cut it when the lines after differ).
-* A single-line completion that is the rest of the cursor's line is dropped.
+* A single-line completion that is the rest of the cursor's line is dropped, and so is
+  one that makes the cursor's line a copy of the next non-blank line.
 * With fill-in-the-middle the model sees the suffix and may run on into it: generation
   stops as soon as a complete line after the first starts repeating the suffix's next
   lines (`suffix_repeat_cut`), instead of being trimmed afterwards.
@@ -30,6 +31,7 @@ __all__ = ["MATCH_LINES", "following_lines", "suffix_repeat_cut", "trim_repeats"
 
 Cut = Callable[[str], "int | None"]  # text so far -> where it must end, or None
 
+MIN_REPEAT_CHARS = 6  # a one-line repeat shorter than this ("}", "pass") may be meant
 MATCH_LINES = 3  # how many of the next document lines a repeat must match (fewer if it ends)
 
 
@@ -42,8 +44,7 @@ def trim_repeats(
     ``following``: the document's lines after the cursor's line (blank ones allowed).
     """
     if "\n" not in text:
-        suffix = line_suffix.strip()
-        return "" if suffix and text.strip() == suffix else text
+        return _single_line(text, line_prefix, following, line_suffix)
     lines = text.split("\n")
     # the first line completes the cursor's line: compare the whole line it makes
     compared = [(line_prefix + lines[0]).strip()] + [line.strip() for line in lines[1:]]
@@ -54,6 +55,25 @@ def trim_repeats(
         if line and _repeats_from(compared[start:], below):
             return _cut_before_line(lines, start)
     return text
+
+
+def _single_line(text: str, line_prefix: str, following: Sequence[str], line_suffix: str) -> str:
+    """A one-line completion: dropped when it is the rest of the cursor's line, or when
+    the line it makes is the next non-blank line (a stop before the suffix's repeat
+    leaves just that), unless that line is too short to tell (``}``, ``pass``).
+
+    >>> trim_repeats("self.x = x", "    ", ["", "    self.x = x", "    self.y = y"], "")
+    ''
+    >>> trim_repeats("}", "  ", ["  }"], "")
+    '}'
+    """
+    suffix = line_suffix.strip()
+    if suffix:
+        return "" if text.strip() == suffix else text
+    whole = (line_prefix + text).strip()
+    below = next((line.strip() for line in following if line.strip()), "")
+    substantial = len(whole) >= MIN_REPEAT_CHARS and any(c.isalnum() for c in whole)
+    return "" if substantial and whole == below else text
 
 
 def _repeats_from(candidate: list[str], below: list[str]) -> bool:
