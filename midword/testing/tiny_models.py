@@ -21,6 +21,7 @@ test modules stays cheap.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,54 +111,17 @@ def build_tiny_causal_lm(
     return model
 
 
-def build_tiny_llama(
-    vocab_size: int,
-    dir: str | Path | None = None,
-    seed: int = 0,
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 4,
-    dtype: torch.dtype | str = "float32",
-    **overrides: Any,
-) -> PreTrainedModel:
-    """Tiny random Llama; see `build_tiny_causal_lm`.
+def _family(arch: str, what: str) -> Callable[..., PreTrainedModel]:
+    """`build_tiny_causal_lm` with ``arch`` fixed (the same keywords and defaults)."""
 
-    Example:
-        >>> build_tiny_llama(300, hidden=16, heads=2).config.hidden_size
-        16
-    """
-    return build_tiny_causal_lm(
-        "llama", vocab_size, dir, seed, hidden, layers, heads, dtype, **overrides
-    )
+    def build(vocab_size: int, dir: str | Path | None = None, **options: Any) -> PreTrainedModel:
+        return build_tiny_causal_lm(arch, vocab_size, dir, **options)
+
+    build.__name__ = build.__qualname__ = f"build_tiny_{arch}"
+    build.__doc__ = f"Tiny random {what}; see `build_tiny_causal_lm`."
+    return build
 
 
-def build_tiny_qwen2(
-    vocab_size: int,
-    dir: str | Path | None = None,
-    seed: int = 0,
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 4,
-    dtype: torch.dtype | str = "float32",
-    **overrides: Any,
-) -> PreTrainedModel:
-    """Tiny random Qwen2 (attention biases on q/k/v); see `build_tiny_causal_lm`."""
-    return build_tiny_causal_lm(
-        "qwen2", vocab_size, dir, seed, hidden, layers, heads, dtype, **overrides
-    )
-
-
-def build_tiny_qwen3(
-    vocab_size: int,
-    dir: str | Path | None = None,
-    seed: int = 0,
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 4,
-    dtype: torch.dtype | str = "float32",
-    **overrides: Any,
-) -> PreTrainedModel:
-    """Tiny random Qwen3 (RMS-normed queries and keys); see `build_tiny_causal_lm`."""
-    return build_tiny_causal_lm(
-        "qwen3", vocab_size, dir, seed, hidden, layers, heads, dtype, **overrides
-    )
+build_tiny_llama = _family("llama", "Llama")
+build_tiny_qwen2 = _family("qwen2", "Qwen2 (attention biases on q/k/v)")
+build_tiny_qwen3 = _family("qwen3", "Qwen3 (RMS-normed queries and keys)")
