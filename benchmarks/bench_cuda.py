@@ -31,23 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from midword.testing.shapes import QUICK, QWEN25_CODER_15B
+
 ROOT = Path(__file__).resolve().parent.parent
-QWEN25_CODER_15B = dict(
-    vocab_size=151_936,
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    max_position_embeddings=32_768,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-    use_sliding_window=False,
-    bos_token_id=151_643,
-    eos_token_id=151_643,
-)
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 TYPED = "ression_tree(node.children, depth + 1)"  # typed after the mid-word prompt end
 
 
@@ -118,7 +104,7 @@ def build_model(args: argparse.Namespace, device: Any, dtype: Any) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    config = Qwen2Config(**{**QWEN25_CODER_15B, **(TINY if args.tiny else {})})
+    config = Qwen2Config(**{**QWEN25_CODER_15B, **(QUICK if args.tiny else {})})
     torch.manual_seed(0)
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)

