@@ -25,32 +25,8 @@ from midword import cli  # noqa: E402
 from midword.bench import data, humaneval  # noqa: E402
 from midword.models import shipped_test_model  # noqa: E402
 
-PROBLEMS = [
-    {  # cut mid-word
-        "task_id": "Synthetic/0",
-        "entry_point": "double",
-        "prompt": 'def double(x):\n    """Twice x."""\n    ret',
-        "canonical_solution": "urn 2 * x",
-        "suffix": "\n",
-        "test": "def check(candidate):\n    assert candidate(3) == 6\n",
-    },
-    {  # cut after a space
-        "task_id": "Synthetic/1",
-        "entry_point": "neg",
-        "prompt": 'def neg(x):\n    """Minus x."""\n    return ',
-        "canonical_solution": "-x",
-        "suffix": "\n",
-        "test": "def check(candidate):\n    assert candidate(2) == -2\n",
-    },
-    {  # cut elsewhere
-        "task_id": "Synthetic/2",
-        "entry_point": "total",
-        "prompt": 'def total(xs):\n    """Sum of xs."""\n    s = 0\n    for x in xs:\n',
-        "canonical_solution": "        s += x\n",
-        "suffix": "    return s\n",
-        "test": "def check(candidate):\n    assert candidate([1, 2, 3]) == 6\n",
-    },
-]
+from .synthetic_problems import PROBLEMS  # noqa: E402
+
 INFILL_ROWS = {c.name for c in humaneval.INFILL_CONFIGS}
 
 
