@@ -12,6 +12,8 @@ from midword.engine.backend import FakeModel
 from midword.engine.generate import Completer, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
+# a prefix that ends where a token ends, so end of text can follow at once in both modes
+PREFIX = b"def f(x)"
 
 
 class EosHeavyModel(FakeModel):
@@ -36,8 +38,8 @@ def test_eos_ends_runs_unless_ignored(engine, mode: str) -> None:
     base = Settings(mode=mode, max_tokens=12, max_bytes=12, temperature=1.0)
     ended = 0
     for seed in range(8):
-        ended += completer.complete(b"def f(x", replace(base, seed=seed)).stop_reason == "eos"
-        done = completer.complete(b"def f(x", replace(base, seed=seed, ignore_eos=True))
+        ended += completer.complete(PREFIX, replace(base, seed=seed)).stop_reason == "eos"
+        done = completer.complete(PREFIX, replace(base, seed=seed, ignore_eos=True))
         assert done.stop_reason == ("max_bytes" if mode == "bytes" else "max_tokens")
         assert done.tokens == 12 and (mode == "pbp" or len(done.data) == 12)
     assert ended >= 3  # the model does end its text often when allowed to

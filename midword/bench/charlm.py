@@ -129,12 +129,20 @@ class CountingSession:
         return 1 + len(self.seen)
 
     def logprobs(self, trunk: Any, paths: Any) -> np.ndarray:
+        return self.inner.logprobs(self._note(trunk, paths), paths)
+
+    def logprob_rows(self, trunk: Any, paths: Any) -> list[np.ndarray]:
+        # the sampler asks for rows one by one (no matrix copy): the same queries to count
+        return self.inner.logprob_rows(self._note(trunk, paths), paths)
+
+    def _note(self, trunk: Any, paths: Any) -> tuple[int, ...]:
+        """Record the contexts a query asks about; returns the trunk as a tuple."""
         trunk = tuple(int(t) for t in trunk)
         if trunk not in self.seen:  # nested contexts: most of the prefixes are known
             self.seen.update(trunk[:i] for i in range(1, len(trunk) + 1))
         for path in paths:
             self.seen.update(trunk + tuple(path[:i]) for i in range(1, len(path) + 1))
-        return self.inner.logprobs(trunk, paths)
+        return trunk
 
 
 class Scorer:
