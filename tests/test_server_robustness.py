@@ -485,9 +485,7 @@ async def test_a_storm_of_cancels_leaves_the_server_serving(session: Session) ->
         ), outcome
     # A request that a newer one for the same document superseded is answered empty at
     # once (it never reaches the model): all but the last are cancelled or superseded.
-    superseded = sum(
-        not isinstance(o, Exception) and not field(o, "items") for o in outcomes[:-1]
-    )
+    superseded = sum(not isinstance(o, Exception) and not field(o, "items") for o in outcomes[:-1])
     assert cancelled + superseded >= len(ids) - 1, (cancelled, superseded)
     # Cancels for unknown or finished requests are harmless.
     for i in [*ids[:5], "never-sent", 12345]:
