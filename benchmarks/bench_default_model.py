@@ -19,15 +19,14 @@ Run: python benchmarks/bench_default_model.py [--cuts 500] [--seed 0] [--write-c
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import random
 import re
 import sys
 import time
-import tokenize
 
 from midword.models import shipped_test_model
+from midword.testing.cuts import identifier_cuts
 
 CARD = shipped_test_model() / "README.md"
 CARD_HEADING = "## Next-character accuracy at mid-identifier cuts"
@@ -37,26 +36,6 @@ LABELS = {
     "healing1": "token healing, 1 token",
     "bytesampler": "ByteSampler",
 }
-
-
-def identifier_cuts(text: str) -> list[int]:
-    """Character offsets strictly inside a NAME token of ``text`` (Python's tokenizer).
-
-    >>> identifier_cuts("x = abc  # dd\\n")
-    [5, 6]
-    """
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    cuts: list[int] = []
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.NAME and len(tok.string) > 1:
-                begin = starts[tok.start[0] - 1] + tok.start[1]
-                cuts.extend(range(begin + 1, begin + len(tok.string)))
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        return []  # a file Python cannot tokenize has no well-defined identifiers
-    return cuts
 
 
 def pick_samples(docs: list, n: int, seed: int, max_context: int) -> list[dict]:

@@ -20,7 +20,6 @@ Run: python models/eval_fim.py [--model models/default] [--cuts 300] [--seed 0]
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import random
@@ -28,11 +27,12 @@ import re
 import sys
 import sysconfig
 import time
-import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from midword.testing.cuts import identifier_cuts
 
 CARD_HEADING = "## Next-character accuracy with and without the suffix"
 METHODS = ("prefix", "spm", "psm", "spm-naive")
@@ -57,26 +57,6 @@ class Sample:
     @property
     def target(self) -> str:
         return self.middle[0]
-
-
-def identifier_cuts(text: str) -> list[int]:
-    """Offsets strictly inside a NAME token (Python's tokenizer) of ``text``.
-
-    >>> identifier_cuts("x = abc  # dd\\n")
-    [5, 6]
-    """
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    cuts: list[int] = []
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.NAME and len(tok.string) > 1:
-                begin = starts[tok.start[0] - 1] + tok.start[1]
-                cuts.extend(range(begin + 1, begin + len(tok.string)))
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        return []
-    return cuts
 
 
 def make_sample(

@@ -155,20 +155,15 @@ def test_unmodelled_features_are_refused_by_name(tmp_path: Path, name: str, chan
         load_tokenizer(_variant(tmp_path, change), use_cache=False)
 
 
+def _metaspace_split_variant(tmp_path: Path) -> Path:
+    """llama2's file with a Metaspace pre-tokenizer (no dummy prefix, split before spaces)."""
+    metaspace = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never", "split": True}
+    return _variant(tmp_path, lambda s: s.update(normalizer=None, pre_tokenizer=metaspace))
+
+
 def test_metaspace_never_split_is_exact(tmp_path: Path) -> None:
     """Metaspace without a dummy prefix, splitting before every space: still exact."""
-    path = _variant(
-        tmp_path,
-        lambda s: s.update(
-            normalizer=None,
-            pre_tokenizer={
-                "type": "Metaspace",
-                "replacement": "▁",
-                "prepend_scheme": "never",
-                "split": True,
-            },
-        ),
-    )
+    path = _metaspace_split_variant(tmp_path)
     tok, hf = load_tokenizer(path, use_cache=False), real_encoder(path)
     assert tok.lead == b"" and tok.split
     for text in ["a  b", " x", "x", "Hello  world  "] + _fragments(60, seed=2):
@@ -248,18 +243,7 @@ def test_completeness_fuzz(sp_name: str) -> None:
 
 def test_metaspace_split_trees_against_brute_force(tmp_path: Path) -> None:
     """With Metaspace split every space starts a piece: trees still equal the oracle."""
-    path = _variant(
-        tmp_path,
-        lambda s: s.update(
-            normalizer=None,
-            pre_tokenizer={
-                "type": "Metaspace",
-                "replacement": "▁",
-                "prepend_scheme": "never",
-                "split": True,
-            },
-        ),
-    )
+    path = _metaspace_split_variant(tmp_path)
     from midword.engine.tables import engine_for
 
     eng = engine_for(load_tokenizer(path, use_cache=False))
