@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from midword.engine.generate import Settings
 
 from .context_files import ContextFiles
-from .debounce import TypingSpeed
+from .debounce import DocumentTyping
 from .document import Cursor, Document, Range
 from .options import ServerOptions, needs_reload, parse_options
 from .positions import from_index
@@ -87,7 +87,7 @@ class Controller:
         # time is better left to the event loop catching up.
         self.settle: Callable[[], Awaitable[None]] = _settled
         self._settings: tuple[ServerOptions, int, list[Settings]] | None = None
-        self._typing = TypingSpeed()  # the debounce of automatic requests (debounce.py)
+        self._typing = DocumentTyping()  # the debounce of automatic requests (debounce.py)
         self._typed = TypedThrough()  # completions being typed through (reuse.py)
         self._context = ContextFiles()  # other files' snippets in the prompt (context_files.py)
         self._asks: dict[str, int] = {}  # uri -> number of its latest inline request
@@ -131,7 +131,7 @@ class Controller:
             assert doc.last_edit is not None  # apply_change sets it
             self._typed.edited(uri, doc.edits, at, text, doc.last_edit)
         doc.version = version
-        self._typing.keystroke(time.monotonic())
+        self._typing.keystroke(uri, time.monotonic())
         self._context.touched(uri)
         if doc.last_edit is not None and self.host.ready and self.host.is_live(uri):
             self.host.sync(uri, self._prompt(doc, doc.last_edit), version)
@@ -142,6 +142,7 @@ class Controller:
         self._jobs.pop(uri, None)
         self._asks.pop(uri, None)
         self._typed.forget(uri)
+        self._typing.forget(uri)
         self._context.closed(uri)
         self.host.close(uri)
 
@@ -180,7 +181,7 @@ class Controller:
     async def _debounced(self, asked: _Asked, ask: int) -> bool:
         """Wait for typing to pause (server/debounce.py); False when the request was
         superseded meanwhile (a newer request for the buffer, or an edit of it)."""
-        wait = self._typing.wait_s(time.monotonic(), self.options.debounce_ms)
+        wait = self._typing.wait_s(asked.doc.uri, time.monotonic(), self.options.debounce_ms)
         if wait <= 0.0:
             return True
         await asyncio.sleep(wait)

@@ -26,7 +26,7 @@ waits longer, since their next key comes later. Invoked requests never wait.
 
 from __future__ import annotations
 
-__all__ = ["MAX_MS", "MIN_MS", "TypingSpeed", "fixed_delay_s"]
+__all__ = ["MAX_MS", "MIN_MS", "DocumentTyping", "TypingSpeed", "fixed_delay_s"]
 
 MIN_MS = 100.0
 MAX_MS = 1000.0
@@ -39,8 +39,8 @@ SMOOTHING = 0.25  # weight of the newest interval in the moving average
 class TypingSpeed:
     """An exponential moving average of the intervals between keystrokes (seconds)."""
 
-    def __init__(self) -> None:
-        self.interval_s = START_INTERVAL_S
+    def __init__(self, interval_s: float = START_INTERVAL_S) -> None:
+        self.interval_s = interval_s
         self.last_s: float | None = None  # when the latest keystroke came
 
     def keystroke(self, now: float) -> None:
@@ -69,3 +69,49 @@ def fixed_delay_s(setting: str | int, typing: TypingSpeed) -> float:
     if setting == "auto":
         return typing.delay_s()
     return max(0, int(setting)) / 1000.0
+
+
+class DocumentTyping:
+    """The latest keystroke of each document, and the user's typing speed.
+
+    A request waits for typing to pause *in its own document*: edits to other buffers
+    (a formatter, a code generator, a file reloaded from disk, a second editor
+    window) are not the user typing at this cursor, and counted globally they would
+    hold back every request as long as anything anywhere is being edited. The speed
+    belongs to the user: a buffer typed in for the first time starts from the
+    estimate of the one typed in last.
+
+    >>> typing = DocumentTyping()
+    >>> typing.keystroke("a.py", 10.0)
+    >>> round(typing.wait_s("a.py", 10.1, "auto"), 3)  # 0.4 s after a.py's keystroke
+    0.3
+    >>> typing.keystroke("b.py", 10.1)  # a tool edits another buffer
+    >>> round(typing.wait_s("a.py", 10.1, "auto"), 3)  # a.py's wait is unchanged
+    0.3
+    >>> typing.wait_s("c.py", 10.1, "auto")  # never typed in: nothing to wait for
+    0.0
+    """
+
+    def __init__(self) -> None:
+        self._documents: dict[str, TypingSpeed] = {}
+        self._latest: TypingSpeed | None = None  # the document typed in last
+
+    def keystroke(self, uri: str, now: float) -> None:
+        """Record an edit of ``uri`` at ``now`` (monotonic seconds)."""
+        typing = self._documents.get(uri)
+        if typing is None:
+            start = self._latest.interval_s if self._latest is not None else START_INTERVAL_S
+            typing = self._documents[uri] = TypingSpeed(start)
+        typing.keystroke(now)
+        self._latest = typing
+
+    def wait_s(self, uri: str, now: float, setting: str | int) -> float:
+        """Seconds a request for ``uri`` still waits at ``now`` (see `TypingSpeed.wait_s`)."""
+        typing = self._documents.get(uri)
+        return 0.0 if typing is None else typing.wait_s(now, setting)
+
+    def forget(self, uri: str) -> None:
+        """The document was closed."""
+        typing = self._documents.pop(uri, None)
+        if typing is self._latest:
+            self._latest = None

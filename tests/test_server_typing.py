@@ -115,3 +115,26 @@ async def test_a_superseded_automatic_request_never_reaches_the_model(session: S
         buf.close()
     finally:
         configure(session, {"debounceMs": 0})
+
+
+async def test_edits_to_another_buffer_do_not_hold_back_a_request(session: Session) -> None:
+    """The debounce waits for a pause in the asked-about document only: a tool editing
+    other buffers all the time (issue 27's busy editor) must not delay or drop it."""
+    configure(session, {"debounceMs": 5000})
+    try:
+        asked = Buffer(session.client, "file:///tmp/asked.py", LINE)  # opened, not typed in
+        other = Buffer(session.client, "file:///tmp/elsewhere.py")
+        other.type("x = 1\n")
+        started = time.monotonic()
+        answer = await asked.inline()
+        waited = time.monotonic() - started
+        assert answer  # not dropped
+        assert waited < 4.0  # it did not wait the 5 s that typing in its own buffer means
+        asked.type("Z" if not answer[0].startswith("Z") else "Q")  # its own buffer: it waits
+        started = time.monotonic()
+        await asked.inline()
+        assert time.monotonic() - started >= 4.5
+        asked.close()
+        other.close()
+    finally:
+        configure(session, {"debounceMs": 0})

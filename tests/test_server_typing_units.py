@@ -8,7 +8,14 @@ import random
 
 import pytest
 from midword.server.context_files import ContextFiles, comment_prefix
-from midword.server.debounce import MAX_MS, MIN_MS, PAUSE_S, TypingSpeed, fixed_delay_s
+from midword.server.debounce import (
+    MAX_MS,
+    MIN_MS,
+    PAUSE_S,
+    DocumentTyping,
+    TypingSpeed,
+    fixed_delay_s,
+)
 from midword.server.document import Cursor, Document, Range
 from midword.server.reuse import MAX_TYPED, TypedThrough
 
@@ -59,6 +66,24 @@ def test_the_wait_counts_from_the_latest_keystroke() -> None:
     assert typing.wait_s(3.0, 0) == 0.0  # off
     assert TypingSpeed().wait_s(1.0, "auto") == 0.0  # no typing seen: nothing to wait for
     assert fixed_delay_s(250, typing) == 0.25 and fixed_delay_s("auto", typing) == delay
+
+
+def test_each_document_waits_for_its_own_pause() -> None:
+    typing = DocumentTyping()
+    for step in range(20):  # typing in a.py, 80 ms a key, until 1.52 s
+        typing.keystroke("a.py", step * 0.08)
+    own = typing.wait_s("a.py", 1.52, "auto")
+    assert own > 0.0
+    for step in range(100):  # then a tool edits b.py every 10 ms
+        typing.keystroke("b.py", 1.52 + step * 0.01)
+    assert typing.wait_s("a.py", 1.52, "auto") == pytest.approx(own)  # unchanged by b.py
+    assert typing.wait_s("a.py", 2.6, "auto") == 0.0  # a.py paused long ago
+    assert typing.wait_s("c.py", 2.6, "auto") == 0.0  # never typed in
+    # the user's speed carries over to a document typed in for the first time
+    typing.keystroke("c.py", 3.0)
+    assert typing.wait_s("c.py", 3.0, "auto") == pytest.approx(typing.wait_s("b.py", 2.51, "auto"))
+    typing.forget("a.py")  # closed
+    assert typing.wait_s("a.py", 1.52, "auto") == 0.0
 
 
 # ---------------------------------------------------------------------------- reuse
