@@ -134,7 +134,8 @@ class Controller:
         self._typing.keystroke(uri, time.monotonic())
         self._context.touched(uri)
         if doc.last_edit is not None and self.host.ready and self.host.is_live(uri):
-            self.host.sync(uri, self._prompt(doc, doc.last_edit), version)
+            edit = doc.last_edit
+            self.host.sync(uri, self._prompt(doc, edit), version, self._suffix(doc, edit))
 
     def close(self, uri: str) -> None:
         self.documents.pop(uri, None)
@@ -338,7 +339,8 @@ class Controller:
         doc = self.documents.get(uri)
         latest = None
         if doc is not None and doc.last_edit is not None:
-            latest = (self._prompt(doc, doc.last_edit), doc.version)
+            edit = doc.last_edit
+            latest = (self._prompt(doc, edit), doc.version, self._suffix(doc, edit))
         return await asyncio.wrap_future(self.host.live_state(uri, latest))
 
     async def stats(self) -> dict[str, Any]:

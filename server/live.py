@@ -172,8 +172,8 @@ class SingleDocument:
 
 class FimDocument:
     """A document served by one model trained for fill-in-the-middle (docs/fim.md): the
-    prompt holds the window's suffix, set per request (`set_suffix`) and kept for the
-    background syncs between requests (typing does not change the text after the cursor).
+    prompt holds the window's suffix, set by each request and each background sync (an
+    edit elsewhere in the buffer moves the cursor, and the text after it, with it).
     The KV cache holds ``start + context + trunk``: an SPM template's context is the suffix
     alone, so typing reuses it all; a PSM template's context ends with the suffix after the
     prefix, which every keystroke evaluates again."""
@@ -221,7 +221,8 @@ class FimDocument:
     def state(self) -> dict[str, Any]:
         tree = _tree_json(self.fim.completer.sampler.vct)
         context = len(self.fim.session.context)
-        return {**tree, "fim": self.fim.template.name, "contextTokens": context}
+        fim = {"fim": self.fim.template.name, "contextTokens": context, "suffix": self.suffix.hex()}
+        return {**tree, **fim}
 
 
 class SingleModel:

@@ -229,7 +229,9 @@ class ModelHost:
         """The document holds a live VCT: a request asked about it lately."""
         return uri in self._documents  # a read from any thread: a hint, checked again
 
-    def sync(self, uri: str, prefix: bytes, version: int | None = None) -> None:
+    def sync(
+        self, uri: str, prefix: bytes, version: int | None = None, suffix: bytes = b""
+    ) -> None:
         """Bring a live document's VCT to ``prefix`` once typing pauses and nothing waits.
 
         Background work, coalesced per document (the latest prefix wins) and debounced by
@@ -237,11 +239,21 @@ class ModelHost:
         request moves the VCT itself. The sync is for the pauses with no request (a
         paste, a client that does not ask): it prefills the KV cache. A document no
         request asked about lately is not synced at all (its first request does it).
+        ``suffix``: the text after the edit, for a fill-in-the-middle model's prompt.
         """
         if self.is_live(uri):
-            self._worker.background(uri, self._sync, uri, prefix, version, delay=SYNC_DELAY_S)
+            self._worker.background(
+                uri, self._sync, uri, prefix, version, suffix, delay=SYNC_DELAY_S
+            )
 
-    def _sync(self, uri: str, prefix: bytes, version: int | None, force: bool = False) -> None:
+    def _sync(
+        self,
+        uri: str,
+        prefix: bytes,
+        version: int | None,
+        suffix: bytes = b"",
+        force: bool = False,
+    ) -> None:
         from midword.engine import PrefixError
         from midword.engine.generate import Interrupted
 
@@ -261,6 +273,7 @@ class ModelHost:
 
         try:
             held.version = version
+            _set_suffix(held.live, suffix)
             held.live.sync(prefix, None if force else stale)
         except Interrupted:
             log.debug("sync of %s stopped: other work waits", uri)
@@ -309,10 +322,10 @@ class ModelHost:
         return self._worker.submit(len, self._documents)
 
     def live_state(
-        self, uri: str, latest: tuple[bytes, int | None] | None = None
+        self, uri: str, latest: tuple[bytes, int | None, bytes] | None = None
     ) -> Future[dict[str, Any] | None]:
         """A live document's VCT: prefix, tree and the document version they belong to,
-        first brought to ``latest`` (prefix, version) when given (tests and debugging).
+        first brought to ``latest`` (prefix, version, suffix) when given (tests, debugging).
         None for a document with no live VCT."""
 
         def read() -> dict[str, Any] | None:
@@ -350,9 +363,7 @@ class ModelHost:
         held = self._document(req.uri)
         self._worker.take_background(req.uri)  # this request syncs the VCT itself
         tokens_before = held.live.inference_tokens
-        set_suffix = getattr(held.live, "set_suffix", None)  # a FIM document's prompt
-        if set_suffix is not None:
-            set_suffix(req.suffix)
+        fim = _set_suffix(held.live, req.suffix)
         try:
             held.version = req.version
             held.live.prepare(req.prefix, req.settings[0].method, stop)
@@ -363,7 +374,7 @@ class ModelHost:
         # The budget bounds generation, not the prompt's first prefill: a cold buffer must
         # still get an answer (later keystrokes reuse the cache and are fast).
         deadline = time.perf_counter() + req.budget
-        cut = req.scope.cut if set_suffix is None else suffix_repeat_cut(req.scope.cut, req.suffix)
+        cut = suffix_repeat_cut(req.scope.cut, req.suffix) if fim else req.scope.cut
         self._sample_items(held.live, req, answer, deadline, stop, cut)
         answer.tokens = held.live.inference_tokens - tokens_before
         answer.model_ms = _ms(started) - answer.sync_ms - answer.post_ms
@@ -406,6 +417,15 @@ class ModelHost:
             watcher.stop()
         self._worker.shutdown()
         thaw_heap()
+
+
+def _set_suffix(document: LiveDocument, suffix: bytes) -> bool:
+    """Give a fill-in-the-middle document the text after the cursor; False for others."""
+    set_suffix = getattr(document, "set_suffix", None)
+    if set_suffix is None:
+        return False
+    set_suffix(suffix)
+    return True
 
 
 def _ms(since: float) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_lsp
@@ -157,4 +158,35 @@ async def test_typing_keeps_the_suffix_and_the_cache(session: Session) -> None:
     assert after == before
     if session.fim_setting == "auto":  # type: ignore[attr-defined]
         assert before.startswith(name), (name, before)
+    buf.close()
+
+
+async def inspect(session: Session, uri: str) -> Any:
+    return await session.client.protocol.send_request_async(
+        "midword/inspect", {"textDocument": {"uri": uri}}
+    )
+
+
+def field(obj: Any, name: str) -> Any:
+    """A field of a custom request's result (pygls gives a namedtuple-like object)."""
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
+
+
+async def test_a_background_sync_takes_the_suffix_at_the_edit(session: Session) -> None:
+    """An edit elsewhere in the buffer moves the cursor: the background sync that follows
+    prefills the prompt with the text after *that* edit, not the last request's suffix."""
+    name = session.names[6]  # type: ignore[attr-defined]
+    buf = Buffer(session.client, "file:///tmp/fim_sync.py", document(name))
+    buf.cursor = len(PREFIX)
+    await buf.inline(invoked=True)  # the document is live, its suffix the def below
+    buf.cursor = len(buf.text)  # the end of the buffer: nothing after the cursor
+    buf.type("x")
+    state = await inspect(session, buf.uri)
+    assert bytes.fromhex(field(state, "prefix")).endswith(b"return 1\nx")
+    if session.fim_setting == "auto":  # type: ignore[attr-defined]
+        assert field(state, "suffix") == ""  # was the def below the first cursor
+        buf.cursor = len(PREFIX)  # back above the def
+        buf.type(" ")
+        state = await inspect(session, buf.uri)
+        assert name.encode() in bytes.fromhex(field(state, "suffix"))
     buf.close()

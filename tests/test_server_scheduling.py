@@ -272,10 +272,10 @@ def test_a_sync_is_left_to_a_request_for_its_document(engine, fake) -> None:
 
 def test_live_state_is_brought_to_the_latest_text(engine, fake) -> None:
     host, seen = _host(engine, fake)
-    assert host.live_state("a", (b"x", 1)).result(5) is None  # not live: not made live
+    assert host.live_state("a", (b"x", 1, b"")).result(5) is None  # not live: not made live
     host.submit(_request("a", b"x = 1", version=2)).result(10)
     host.sync("a", b"x = 1 + y", 3)
-    state = host.live_state("a", (b"x = 1 + y", 3)).result(5)
+    state = host.live_state("a", (b"x = 1 + y", 3, b"")).result(5)
     assert state["prefix"] == b"x = 1 + y".hex() and state["version"] == 3
     host.shutdown()
 
