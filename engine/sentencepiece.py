@@ -31,6 +31,7 @@ What is not modelled exactly is refused at load by name (:func:`check_sentencepi
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import os
 import re
@@ -60,6 +61,7 @@ SPACE_PIECE_BYTES = SPACE_PIECE.encode("utf-8")
 BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 EMPTY = np.zeros(0, dtype=np.int64)
 HARD_MEMO_SIZE = 1 << 16  # neighbour pairs whose verdict is kept
+HEAP_BPE_FROM = 16  # symbols in a chunk above which bpe_heap beats bpe_apply's rescans
 
 
 class UnsupportedSentencePiece(TokenizerError):
@@ -245,7 +247,9 @@ class SentencePieceTokenizer(BPETokenizer):
             _save_cache(cache, left=left, right=right, rank=rank, dead=self.dead, pairs=self.pairs)
         self.pairs_list = self.pairs.tolist()  # (bisect on a list: no numpy call per pair)
         self._hard_memo: dict[str, bool] = {}
-        self._prefixes = sorted({a[:k] for a in self.added_bytes for k in range(1, len(a))})
+        self._prefix_set = frozenset(a[:k] for a in self.added_bytes for k in range(1, len(a)))
+        self._added_firsts = frozenset(a[0] for a in self.added_bytes)
+        self._added_lasts = frozenset(a[-1] for a in self.added_text)
         self._added_sorted = sorted(self.added_bytes)
         self._longest_added = max(map(len, self.added_bytes), default=0)
         self._added_lengths = sorted({len(a) for a in self.added_text})
@@ -253,6 +257,9 @@ class SentencePieceTokenizer(BPETokenizer):
         for a in self.added_text:
             firsts.setdefault(a[0], set()).add(len(a))
         self._lengths_by_first = {c: sorted(ns, reverse=True) for c, ns in firsts.items()}
+        self._added_first_re = (
+            re.compile("[" + "".join(map(re.escape, sorted(firsts))) + "]") if firsts else None
+        )
         self._chars_cached = lru_cache(maxsize=200_000)(self._bpe_chars)
 
     def _check_added(self, file: str) -> None:
@@ -291,13 +298,31 @@ class SentencePieceTokenizer(BPETokenizer):
 
     def encode_internal(self, text: str) -> list[int]:
         """Token ids of ``text`` as the model sees it (after the dummy prefix)."""
+        return self.encode_prefix(text, len(text), self.hard_cuts(text))
+
+    def encode_prefix(self, text: str, k: int, cuts: Sequence[int]) -> list[int]:
+        """Token ids of ``text[:k]`` as the model sees it, given ``cuts``, the hard
+        boundaries of ``text`` (:meth:`hard_cuts`): they depend on neighbours alone, so one
+        list serves every prefix (a tree encodes up to ~30 prefixes of one region).
+
+        >>> pieces = {"a": 0, "b": 1, "ab": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+        >>> tok = SentencePieceTokenizer(pieces=pieces, merges=["a b"], added=[], lead=False,
+        ...                              split=False, source="doc")
+        >>> cuts = tok.hard_cuts("abba")  # 'b' never stands before 'b' or 'a' in a token
+        >>> cuts, tok.encode_prefix("abba", 3, cuts), tok.encode_internal("abb")
+        ([2, 3], [2, 1], [2, 1])
+        """
         ids: list[int] = []
-        for piece, added_id in self.split_added(text):
+        start = 0
+        for piece, added_id in self.split_added(text[:k]):
+            end = start + len(piece)
             if added_id is not None:
                 ids.append(added_id)
             else:
-                for chunk in self.chunks(piece):
-                    ids.extend(self._chars_cached(chunk))
+                inside = cuts[bisect.bisect_right(cuts, start) : bisect.bisect_left(cuts, end)]
+                for a, b in itertools.pairwise([start, *inside, end]):
+                    ids.extend(self._chars_cached(text[a:b]))
+            start = end
         return ids
 
     def encode_word(self, word: bytes) -> tuple[int, ...]:
@@ -305,14 +330,13 @@ class SentencePieceTokenizer(BPETokenizer):
 
     def chunks(self, text: str) -> list[str]:
         """``text`` cut at every hard boundary (BPE never merges across one)."""
-        out, start = [], 0
-        for k in range(1, len(text)):
-            if self.hard(text[k - 1], text[k]):
-                out.append(text[start:k])
-                start = k
-        if text:
-            out.append(text[start:])
-        return out
+        bounds = [0, *self.hard_cuts(text), len(text)] if text else []
+        return [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+    def hard_cuts(self, text: str) -> list[int]:
+        """Offsets k of ``text`` with a hard boundary between ``text[k - 1]`` and ``text[k]``."""
+        hard = self.hard
+        return [k for k in range(1, len(text)) if hard(text[k - 1], text[k])]
 
     def hard(self, a: str, b: str) -> bool:
         """Is the boundary between neighbours ``a`` and ``b`` one BPE never merges across?"""
@@ -338,28 +362,33 @@ class SentencePieceTokenizer(BPETokenizer):
                 symbols.append(atom)
             else:
                 symbols.extend(int(self.fallback_ids[b]) for b in ch.encode("utf-8"))
+        if len(symbols) > HEAP_BPE_FROM:
+            return tuple(bpe_heap(symbols, self.merges))
         return tuple(int(t) for t in bpe_apply(symbols, self.merges))
 
     # ------------------------------------------------------------ added text
     def pending_starts(self, head: bytes) -> list[int]:
         """Byte offsets j where ``head[j:]`` is a proper prefix of a non-special added text."""
-        if not self._prefixes:
+        if not self._prefix_set:
             return []
-        out = []
-        for j in range(max(0, len(head) - self._longest_added), len(head)):
-            rest = head[j:]
-            k = bisect.bisect_left(self._prefixes, rest)
-            if k < len(self._prefixes) and self._prefixes[k] == rest:
-                out.append(j)
-        return out
+        firsts, prefixes = self._added_firsts, self._prefix_set
+        return [
+            j
+            for j in range(max(0, len(head) - self._longest_added), len(head))
+            if head[j] in firsts and head[j:] in prefixes  # (most bytes start no added text)
+        ]
 
     def split_added(self, text: str) -> list[tuple[str, int | None]]:
         """Leftmost-longest non-special added text, as the base class's regex finds it, by
         lookups per length (the regex over Gemma's 6,406 texts costs ~100 us a call)."""
         out: list[tuple[str, int | None]] = []
         pos = i = 0
-        while i < len(text):
-            for n in self._lengths_by_first.get(text[i], ()):
+        while self._added_first_re is not None:
+            found = self._added_first_re.search(text, i)  # (skips what starts none at C speed)
+            if found is None:
+                break
+            i = found.start()
+            for n in self._lengths_by_first[text[i]]:
                 hit = self.added_text.get(text[i : i + n])
                 if hit is not None:
                     if i > pos:
@@ -375,6 +404,8 @@ class SentencePieceTokenizer(BPETokenizer):
 
     def ends_with_added(self, text: str) -> bool:
         """Does ``text`` end with a whole non-special added text?"""
+        if not text or text[-1] not in self._added_lasts:
+            return False
         return any(text[-n:] in self.added_text for n in self._added_lengths if n <= len(text))
 
     def completing_needs(self, head: bytes) -> list[bytes]:
@@ -437,6 +468,44 @@ def _sp_token_bytes(
             + (" ..." if len(lacking) > 8 else "")
         )
     return out, fallback
+
+
+def bpe_heap(symbols: Sequence[int], merges: dict[tuple[int, int], tuple[int, int]]) -> list[int]:
+    """:func:`~.bpe.bpe_apply` (lowest rank first, leftmost among equals) in O(n log n):
+    a heap of (rank, position) over a linked list, instead of a rescan per merge (a chunk
+    of 300 '=' took 8 ms). A heap entry is stale once either of its symbols has changed.
+
+    >>> merges = {(0, 0): (0, 1), (1, 0): (1, 2)}  # 'aa' first, then 'aa' + 'a'
+    >>> bpe_heap([0, 0, 0, 0, 0], merges)
+    [1, 2]
+    """
+    sym = [int(t) for t in symbols]
+    n = len(sym)
+    after = list(range(1, n + 1))  # the next live position (n: none)
+    before = list(range(-1, n - 1))
+    heap = [
+        (hit[0], i, sym[i], sym[i + 1])
+        for i in range(n - 1)
+        if (hit := merges.get((sym[i], sym[i + 1]))) is not None
+    ]
+    heapq.heapify(heap)
+    while heap:
+        _, i, a, b = heapq.heappop(heap)
+        j = after[i]
+        if j >= n or sym[i] != a or sym[j] != b:
+            continue  # stale: a merge changed one side (a merged token never equals a part)
+        sym[i] = int(merges[(a, b)][1])  # (an id from numpy in BPETokenizer.merges)
+        sym[j] = -1  # dead
+        after[i] = after[j]
+        if after[j] < n:
+            before[after[j]] = i
+        for x in (before[i], i):
+            y = after[x] if x >= 0 else n
+            if x >= 0 and y < n:
+                hit = merges.get((sym[x], sym[y]))
+                if hit is not None:
+                    heapq.heappush(heap, (hit[0], x, sym[x], sym[y]))
+    return [t for t in sym if t >= 0]
 
 
 def _sp_normal_form(
@@ -660,6 +729,7 @@ class _SPTail:
         self.region = region
         self.text, self.partial = split_utf8(region)
         self.offs = char_byte_offsets(self.text)
+        self.cuts = self.tok.hard_cuts(self.text)
 
     def run(self) -> tuple[tuple[int, ...], list[TailNode]]:
         leaves: dict[tuple[int, ...], np.ndarray] = {}
@@ -669,16 +739,15 @@ class _SPTail:
             pos = self.offs[k]
             if n - pos >= self.engine.max_token_len:
                 continue  # no token is long enough to start here and reach past the end
-            path = tuple(self.tok.encode_internal(self.text[:k]))
+            path = tuple(self.tok.encode_prefix(self.text, k, self.cuts))
             if pos == n:
                 leaves[path] = np.flatnonzero(self.engine.allowed(path, self.region, None))
                 at_end.add(path)
             else:
                 leaves[path] = self._straddlers(path, pos)
         if self.partial and self.engine.may_fall_back(self.partial):
-            path = tuple(self.tok.encode_internal(self.text)) + tuple(
-                int(self.tok.fallback_ids[b]) for b in self.partial
-            )
+            whole = self.tok.encode_prefix(self.text, len(self.text), self.cuts)
+            path = tuple(whole) + tuple(int(self.tok.fallback_ids[b]) for b in self.partial)
             nxt = self.engine._fallback_mask(self.partial)
             leaves[path] = np.flatnonzero(nxt)
             at_end.add(path)
