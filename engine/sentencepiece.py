@@ -284,10 +284,21 @@ class SentencePieceTokenizer(BPETokenizer):
                     dead[i] = True
         if not self.added_bytes:
             return dead
-        pattern = re.compile(b"|".join(re.escape(a) for a in self.added_bytes))
+        # where an added text may start, then a set lookup per length: a regex of Gemma's
+        # 6,406 alternatives took 1.6 s over the vocabulary
+        added = frozenset(self.added_bytes)
+        lengths: dict[int, list[int]] = {}
+        for a in sorted(added, key=len):
+            lengths.setdefault(a[0], []).append(len(a))
+        starts = re.compile(b"[" + b"".join(re.escape(bytes([c])) for c in sorted(lengths)) + b"]")
         for i, b in enumerate(self.token_bytes):
-            if b is not None and not self.is_added[i] and pattern.search(b):
-                dead[i] = True
+            if b is None or self.is_added[i]:
+                continue
+            for found in starts.finditer(b):
+                j = found.start()
+                if any(b[j : j + n] in added for n in lengths[b[j]] if j + n <= len(b)):
+                    dead[i] = True
+                    break
         return dead
 
     # ---------------------------------------------------------------- encoding
