@@ -490,6 +490,12 @@ def _sp_vocab_and_added(vocab: SentencePieceVocab, lead: bool) -> tuple[dict[str
                 )
             added.append(_added_token(i, text, special=False))
             users.append(text)
+    lacking = [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in plain]
+    if lacking:
+        raise vocab.refuse(
+            f"no byte token {lacking[0]} ({len(lacking)} of the 256 missing): a character "
+            "outside the vocabulary could not be spelled"
+        )
     if users and lead:
         raise vocab.refuse(
             "USER_DEFINED tokens with the dummy prefix (add_space_prefix): llama.cpp gives "
@@ -791,6 +797,7 @@ def convert_gguf(
     if _complete(target):
         return target
     gf = GGUFFile(src)
+    architecture(gf)  # (an unsupported model is refused before its tokenizer is rebuilt)
     files = {  # everything but the weights first: a refused file costs no dequantization
         "tokenizer.json": tokenizer_json(gf),
         "tokenizer_config.json": tokenizer_config(gf),

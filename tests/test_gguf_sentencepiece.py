@@ -398,6 +398,15 @@ REFUSED = [
     ("character 'é'.*not in the vocabulary", lambda v: _with(v, ("éa", mg.NORMAL, -5.0))),
     ("character 'q' is a CONTROL token", lambda v: _with(v, ("q", mg.CONTROL, 0.0))),
     ("dummy prefix", lambda v: _with(v, ("<b>", mg.USER_DEFINED, 0.0))),
+    (
+        "no byte token <0x41>",
+        lambda v: Vocab(
+            [
+                r if r[0] != "<0x41>" else ("<0x41>", mg.UNUSED, 0.0)
+                for r in zip(v.tokens, v.types, v.scores, strict=True)
+            ]
+        ),
+    ),  # fmt: skip
     ("above its half '/q'", lambda v: _above_halves(v)),
     ("holds '▁'", lambda v: _with(v, (f"{SPACE}x", mg.USER_DEFINED, 0.0))),
 ]
