@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .backend import BackendError, ForwardStep, TreeScoringSession
+from .context_fit import context_length
 from .cpu_head import speed_up_output_head
 from .kvcache import KVCache, UnsupportedCacheError, cache_argument
 
@@ -466,6 +467,7 @@ class HFModel:
         self.name = name or getattr(model.config, "name_or_path", "")
         self.vocab_size = _output_size(model)
         self.input_vocab_size = int(model.get_input_embeddings().weight.shape[0])
+        self.context_length = context_length(model.config)  # positions it takes, if declared
         self.bos_token_id: int | None = getattr(model.config, "bos_token_id", None)
         self.eos_token_id: Any = getattr(model.config, "eos_token_id", None)
         params = inspect.signature(model.forward).parameters

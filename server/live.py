@@ -32,6 +32,7 @@ __all__ = ["Backend", "EnsembleModels", "FimDocument", "LiveDocument", "SingleMo
 StopFn = Callable[[], bool] | None
 CutFn = Callable[[str], int | None] | None
 PREFILL_CHUNK = 256  # trunk tokens evaluated between two checks for a newer request
+MAX_REFITS = 4  # covering trees built for one prompt that is too long for the model
 log = logging.getLogger("midword.server")
 
 
@@ -132,42 +133,63 @@ def _tree_json(engine_vct: Any) -> dict[str, Any]:
 
 
 class SingleDocument:
-    """A document served by one model: its `Completer` (ByteSampler + KV session)."""
+    """A document served by one model: its `Completer` (ByteSampler + KV session), with
+    its prompt kept within the model's positions (`ContextFit`)."""
 
-    def __init__(self, completer: Completer) -> None:
+    def __init__(self, completer: Completer, max_context: int | None = None) -> None:
+        from midword.engine.context_fit import ContextFit
+
         self.completer = completer
         self.cover = _Coverage(completer.sampler.vct.engine.missing_bytes)
+        self.fit = ContextFit(max_context)
 
     @property
     def inference_tokens(self) -> int:
         return self.completer.session.inference_tokens
 
-    def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
+    def _used(self) -> int:
+        """Positions the prompt takes: the start token and the tree's settled tokens."""
+        return 1 + len(self.completer.sampler.vct.tree().trunk)
+
+    def _move(self, prefix: bytes) -> bytes:
+        """Move the live VCT to ``prefix``, cut to fit the model; returns the prompt."""
         sampler = self.completer.sampler
-        sampler.reset(self.cover(prefix))
+        prompt = self.fit.apply(self.cover(prefix))
+        for _ in range(MAX_REFITS):
+            sampler.reset(prompt)
+            shorter = self.fit.refit(prompt, self._used())
+            if shorter is None:
+                break
+            prompt = shorter
+        return prompt
+
+    def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
+        self._move(prefix)
         # Prefill the KV cache with the settled tokens while the user types, so the next
         # request only scores the tail (after a paste or a newly opened buffer this is
         # the expensive part).
-        trunk = sampler.vct.tree().trunk
+        trunk = self.completer.sampler.vct.tree().trunk
         prefill(self.completer.session, trunk, should_stop)
         self.completer.session.logprobs(trunk, [()])
 
     def prepare(self, prefix: bytes, method: str, should_stop: StopFn = None) -> None:
-        sampler = self.completer.sampler
-        sampler.reset(self.cover(prefix))
-        prefill(self.completer.session, sampler.vct.tree().trunk, should_stop)
+        self._move(prefix)
+        prefill(self.completer.session, self.completer.sampler.vct.tree().trunk, should_stop)
         if method == "bytesampler":
             self.completer.leaf_set()  # scores the tree once; every item reuses the rows
 
     def complete(
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
     ) -> Completion:
+        prompt = self._move(prefix)  # as prepared: the same cut, nothing rebuilt
+        room = self.fit.new_tokens(self._used())
+        settings = replace(settings, max_tokens=min(settings.max_tokens, room))
         return self.completer.complete(
-            self.cover(prefix), settings, should_stop=should_stop, cut=cut, deadline=deadline
+            prompt, settings, should_stop=should_stop, cut=cut, deadline=deadline
         )
 
     def state(self) -> dict[str, Any]:
-        return _tree_json(self.completer.sampler.vct)
+        return {**_tree_json(self.completer.sampler.vct), "cutBytes": len(self.fit.dropped)}
 
 
 class FimDocument:
@@ -178,10 +200,13 @@ class FimDocument:
     alone, so typing reuses it all; a PSM template's context ends with the suffix after the
     prefix, which every keystroke evaluates again."""
 
-    def __init__(self, completer: FimCompleter) -> None:
+    def __init__(self, completer: FimCompleter, max_context: int | None = None) -> None:
+        from midword.engine.context_fit import ContextFit
+
         self.fim = completer
         self.suffix = b""
         self.cover = _Coverage(completer.engine.missing_bytes)
+        self.fit = ContextFit(max_context)
 
     @property
     def inference_tokens(self) -> int:
@@ -190,11 +215,28 @@ class FimDocument:
     def set_suffix(self, suffix: bytes) -> None:
         self.suffix = suffix
 
+    def _used(self) -> int:
+        """Positions the prompt takes: start, context (the suffix, and for PSM the prefix)
+        and the tree's settled tokens."""
+        trunk = self.fim.completer.sampler.vct.tree().trunk
+        return 1 + len(self.fim.session.context) + len(trunk)
+
+    def _prompt(self, prefix: bytes) -> bytes:
+        """Move the live VCT to ``prefix`` cut to fit the model; returns the prefix used."""
+        sampler = self.fim.completer.sampler
+        prompt = self.fit.apply(self.cover(prefix))
+        for _ in range(MAX_REFITS):
+            sampler.reset(self.fim.move_to(prompt, self.suffix))
+            shorter = self.fit.refit(prompt, self._used())
+            if shorter is None:
+                break
+            prompt = shorter
+        return prompt
+
     def _move(self, prefix: bytes, should_stop: StopFn) -> list[int]:
         """The prompt at this cursor with its settled part prefilled; returns that part."""
-        sampler = self.fim.completer.sampler
-        sampler.reset(self.fim.move_to(self.cover(prefix), self.suffix))
-        settled = [*self.fim.session.context, *sampler.vct.tree().trunk]
+        self._prompt(prefix)
+        settled = [*self.fim.session.context, *self.fim.completer.sampler.vct.tree().trunk]
         prefill(self.fim.session.inner, settled, should_stop)
         return settled
 
@@ -209,10 +251,12 @@ class FimDocument:
     def complete(
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
     ) -> Completion:
+        prompt = self._prompt(prefix)  # as prepared: the same cut, nothing rebuilt
+        room = self.fit.new_tokens(self._used())
         return self.fim.complete(
-            self.cover(prefix),
+            prompt,
             self.suffix,
-            settings,
+            replace(settings, max_tokens=min(settings.max_tokens, room)),
             should_stop=should_stop,
             cut=cut,
             deadline=deadline,
@@ -222,7 +266,7 @@ class FimDocument:
         tree = _tree_json(self.fim.completer.sampler.vct)
         context = len(self.fim.session.context)
         fim = {"fim": self.fim.template.name, "contextTokens": context, "suffix": self.suffix.hex()}
-        return {**tree, **fim}
+        return {**tree, **fim, "cutBytes": len(self.fit.dropped)}
 
 
 class SingleModel:
@@ -231,6 +275,9 @@ class SingleModel:
     def __init__(self, model: Any, engine: Engine, fim: FimTemplate | None = None) -> None:
         self.model, self.engine, self.fim = model, engine, fim
         self._specials = tuple(a.content for a in engine.tok.added)  # asked every request
+        # positions the model takes (an in-process model's config; a remote engine keeps
+        # its prompts within its own context itself)
+        self.max_context: int | None = getattr(model, "context_length", None)
 
     @property
     def fim_name(self) -> str:
@@ -243,8 +290,9 @@ class SingleModel:
         if self.fim is not None:
             from midword.engine.fim import FimCompleter
 
-            return FimDocument(FimCompleter(self.model, self.engine, self.fim))
-        return SingleDocument(Completer(self.model, self.engine))
+            completer = FimCompleter(self.model, self.engine, self.fim)
+            return FimDocument(completer, self.max_context)
+        return SingleDocument(Completer(self.model, self.engine), self.max_context)
 
     def special_texts(self) -> tuple[str, ...]:
         return self._specials

@@ -1,0 +1,107 @@
+"""Prompts kept within the positions a model takes (engine/context_fit.py, server/live.py).
+
+A tiny GPT-2 (learned absolute positions, 64 of them) fails with an index error on a
+longer prompt, so the language server's 4,096-byte window broke it; a rotary model (the
+shipped test model has 512 positions) silently read positions it never saw. The server's
+documents now cut whole lines from the front of the prompt until it fits, keep the cut
+while the user types, and the answer is exactly the answer for the shorter prompt."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from midword.engine.context_fit import ContextFit
+
+torch = pytest.importorskip("torch")
+
+POSITIONS = 64
+
+
+def lines(count: int, seed: int = 0) -> bytes:
+    rng = random.Random(seed)
+    words = ["def", "x", "return", "self", "value", "é", "中文", "0x1F", "(", ")", ":"]
+    out = []
+    for i in range(count):
+        out.append(" ".join(rng.choice(words) for _ in range(rng.randrange(1, 8))) + f" {i}")
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_cut_drops_whole_lines_and_keeps_them_dropped_while_typing(seed: int) -> None:
+    rng = random.Random(seed)
+    prompt = lines(rng.randrange(5, 80), seed)
+    if rng.random() < 0.3:  # one long line: cut inside it, on a character boundary
+        prompt = prompt.replace(b"\n", b" ")
+    fit = ContextFit(POSITIONS)
+    used = rng.randrange(fit.room + 1, 4 * POSITIONS)
+    cut = fit.refit(prompt, used)
+    assert cut is not None and 0 < len(cut) < len(prompt) and prompt.endswith(cut)
+    dropped = prompt[: len(prompt) - len(cut)]
+    cut.decode("utf-8")  # never inside a character
+    assert b"\n" not in prompt[:-1] or dropped.endswith(b"\n")  # whole lines when there are
+    assert fit.dropped == dropped
+    typed = prompt + b"y = 1"
+    assert fit.apply(typed) == cut + b"y = 1"  # typing keeps the cut
+    assert fit.apply(b"#" + typed) == b"#" + typed  # the front changed: start over uncut
+    assert fit.dropped == b""
+
+
+def test_no_limit_and_short_prompts_are_left_alone() -> None:
+    prompt = lines(50)
+    assert ContextFit(None).refit(prompt, 10**6) is None
+    fit = ContextFit(POSITIONS)
+    assert fit.refit(prompt, fit.room) is None and fit.apply(prompt) == prompt
+
+
+@pytest.fixture(scope="module")
+def gpt2_backend():
+    """A tiny random GPT-2 with 64 learned positions and the shipped test tokenizer."""
+    from midword.engine.hf_backend import HFModel
+    from midword.engine.tables import load_engine
+    from midword.server.live import SingleModel
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from midword.models import shipped_test_model
+
+    engine = load_engine(str(shipped_test_model()))
+    config = GPT2Config(
+        vocab_size=engine.tok.size,
+        n_positions=POSITIONS,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(config).eval()
+    return SingleModel(HFModel(model), engine)
+
+
+def greedy(max_tokens: int = 8):
+    from midword.engine.generate import Settings
+
+    return Settings(temperature=0.0, max_tokens=max_tokens)
+
+
+def test_a_long_buffer_completes_within_the_positions(gpt2_backend) -> None:
+    from midword.engine.generate import Completer
+
+    doc = gpt2_backend.document()
+    prefix = lines(60) + b"value = sel"
+    doc.prepare(prefix, "bytesampler")
+    result = doc.complete(prefix, greedy(), should_stop=None, cut=None, deadline=1e18)
+    session = doc.completer.session
+    assert session.cache_len() <= POSITIONS  # never a position the model lacks
+    cut = prefix[len(doc.fit.dropped) :]
+    assert doc.fit.dropped and cut.startswith(b"") and prefix.endswith(cut)
+    # exact: the answer for the cut prompt, asked of a fresh completer without any fit
+    fresh = Completer(gpt2_backend.model, gpt2_backend.engine)
+    assert result.text == fresh.complete(cut, greedy()).text
+    # typing keeps the cut: the same bytes dropped, and only the new tokens evaluated
+    before = session.inference_tokens
+    doc.prepare(prefix + b"f", "bytesampler")
+    assert prefix + b"f" == doc.fit.dropped + cut + b"f"
+    assert session.inference_tokens - before < 10
