@@ -453,3 +453,22 @@ def test_a_token_above_its_half_would_mislead_the_trees(tmp_path: Path, monkeypa
     assert [vocab.tokens[i] for i in want] == [SPACE, "s/q/q"]
     assert real_encoder(path).encode("s/q/q", add_special_tokens=False).ids == want
     assert load_tokenizer(path, use_cache=False).encode("s/q/q") != want
+
+
+def test_server_loads_a_sentencepiece_gguf_file(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The language server's loader converts the file and serves the converted model with
+    the rebuilt SentencePiece tokenizer."""
+    from midword.server.loading import load_backend
+    from midword.server.options import ServerOptions
+
+    from .test_gguf import logits
+
+    monkeypatch.setenv("MIDWORD_CACHE", str(tmp_path / "cache"))
+    vocab = small_vocab(4)
+    source = tiny_model(len(vocab.tokens))
+    file = write_gguf(tmp_path / "m.gguf", vocab, source)
+    options = ServerOptions(model=str(file), device="cpu", dtype="float32")
+    backend = load_backend(options, [str(file)], lambda m, p: None)
+    ids = [1, *vocab.oracle().ids("xyz ab")]
+    assert torch.equal(logits(backend.model.model, ids), logits(source, ids))
+    assert backend.engine.is_sentencepiece and backend.engine.tok.encode("xyz ab") == ids[1:]
