@@ -30,9 +30,10 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ContextFit", "context_length"]
+__all__ = ["ContextFit", "context_length", "fitted"]
 
 HEADROOM_SHARE = 8  # room to generate and for the tree's tail: max(16, context // 8) tokens
 TAIL_TOKENS = 8  # the chosen leaf's tokens after the settled ones (a tree is a few deep)
@@ -99,6 +100,28 @@ class ContextFit:
         if self.max_context is None:
             return 1 << 62
         return max(1, self.max_context - used - TAIL_TOKENS)
+
+
+def fitted(fit: ContextFit, prompt: bytes, build: Callable[[bytes], int], tries: int = 4) -> bytes:
+    """``prompt`` cut by ``fit`` until it fits; ``build(p)`` moves the covering tree to the
+    prompt ``p`` and returns the positions it then takes. The tree is left at the prompt
+    returned (after ``tries`` cuts it is used as it is).
+
+    >>> fit = ContextFit(max_context=32)
+    >>> prompt = b"".join(b"row %02d\\n" % i for i in range(30))  # 7 bytes, 2 tokens a line
+    >>> cut = fitted(fit, prompt, lambda p: 1 + 2 * p.count(b"\\n"))
+    >>> 1 + 2 * cut.count(b"\\n") <= fit.room, cut.startswith(b"row ")
+    (True, True)
+    """
+    prompt = fit.apply(prompt)
+    used = build(prompt)
+    for _ in range(tries):
+        shorter = fit.refit(prompt, used)
+        if shorter is None:
+            break
+        prompt = shorter
+        used = build(prompt)
+    return prompt
 
 
 def _char_start(data: bytes, at: int) -> int:

@@ -262,17 +262,68 @@ def load_single(args: argparse.Namespace) -> Any:
     if template is not None:
         return _Middle(model, engine, template, read_suffix(args) or b"")
     remote = getattr(model, "completer", None)  # a remote engine streams its generation
-    return remote(engine) if remote is not None else Completer(model, engine)
+    if remote is not None:  # it keeps its prompts within its own context
+        return remote(engine)
+    return _Fitted(Completer(model, engine), getattr(model, "context_length", None))
 
 
-class _Middle:
+class _Fitted:
+    """``complete(prefix, settings)`` with the prompt cut to the positions the model takes
+    (engine/context_fit.py: whole lines dropped from its front; stderr says so)."""
+
+    def __init__(self, completer: Any, max_context: int | None) -> None:
+        self.completer, self.max_context = completer, max_context
+
+    def _used(self) -> int:
+        return 1 + len(self.completer.sampler.vct.tree().trunk)
+
+    def _move(self, prompt: bytes) -> int:
+        self.completer.sampler.reset(prompt)
+        return self._used()
+
+    def complete(self, prefix: bytes, settings: Any) -> Any:
+        prompt, room = _fit(prefix, self.max_context, self._move)
+        return self.completer.complete(prompt, _capped(settings, room))
+
+
+class _Middle(_Fitted):
     """``complete(prefix, settings)``: the middle between the prefix and the command's
     suffix, by a `FimCompleter` (one KV session for all the prefixes)."""
 
     def __init__(self, model: Any, engine: Any, template: Any, suffix: bytes) -> None:
         from midword.engine.fim import FimCompleter
 
-        self.completer, self.suffix = FimCompleter(model, engine, template), suffix
+        super().__init__(
+            FimCompleter(model, engine, template), getattr(model, "context_length", None)
+        )
+        self.suffix = suffix
+
+    def _move(self, prompt: bytes) -> int:
+        fim = self.completer
+        fim.completer.sampler.reset(fim.move_to(prompt, self.suffix))
+        return 1 + len(fim.session.context) + len(fim.completer.sampler.vct.tree().trunk)
 
     def complete(self, prefix: bytes, settings: Any) -> Any:
-        return self.completer.complete(prefix, self.suffix, settings)
+        prompt, room = _fit(prefix, self.max_context, self._move)
+        return self.completer.complete(prompt, self.suffix, _capped(settings, room))
+
+
+def _fit(prefix: bytes, max_context: int | None, move: Any) -> tuple[bytes, int]:
+    """The prompt cut to fit ``max_context`` positions, and the tokens left to generate."""
+    from midword.engine.context_fit import ContextFit, fitted
+
+    fit = ContextFit(max_context)
+    prompt = fitted(fit, prefix, move)
+    if fit.dropped:
+        print(
+            f"midword: the prompt's first {len(fit.dropped)} bytes were left out: the model "
+            f"takes {max_context} positions",
+            file=sys.stderr,
+        )
+    return prompt, fit.new_tokens(move(prompt))
+
+
+def _capped(settings: Any, room: int) -> Any:
+    from dataclasses import replace
+
+    return replace(settings, max_tokens=min(settings.max_tokens, room))

@@ -32,7 +32,6 @@ __all__ = ["Backend", "EnsembleModels", "FimDocument", "LiveDocument", "SingleMo
 StopFn = Callable[[], bool] | None
 CutFn = Callable[[str], int | None] | None
 PREFILL_CHUNK = 256  # trunk tokens evaluated between two checks for a newer request
-MAX_REFITS = 4  # covering trees built for one prompt that is too long for the model
 log = logging.getLogger("midword.server")
 
 
@@ -153,15 +152,13 @@ class SingleDocument:
 
     def _move(self, prefix: bytes) -> bytes:
         """Move the live VCT to ``prefix``, cut to fit the model; returns the prompt."""
-        sampler = self.completer.sampler
-        prompt = self.fit.apply(self.cover(prefix))
-        for _ in range(MAX_REFITS):
-            sampler.reset(prompt)
-            shorter = self.fit.refit(prompt, self._used())
-            if shorter is None:
-                break
-            prompt = shorter
-        return prompt
+        from midword.engine.context_fit import fitted
+
+        def build(prompt: bytes) -> int:
+            self.completer.sampler.reset(prompt)
+            return self._used()
+
+        return fitted(self.fit, self.cover(prefix), build)
 
     def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
         self._move(prefix)
@@ -223,15 +220,13 @@ class FimDocument:
 
     def _prompt(self, prefix: bytes) -> bytes:
         """Move the live VCT to ``prefix`` cut to fit the model; returns the prefix used."""
-        sampler = self.fim.completer.sampler
-        prompt = self.fit.apply(self.cover(prefix))
-        for _ in range(MAX_REFITS):
-            sampler.reset(self.fim.move_to(prompt, self.suffix))
-            shorter = self.fit.refit(prompt, self._used())
-            if shorter is None:
-                break
-            prompt = shorter
-        return prompt
+        from midword.engine.context_fit import fitted
+
+        def build(prompt: bytes) -> int:
+            self.fim.completer.sampler.reset(self.fim.move_to(prompt, self.suffix))
+            return self._used()
+
+        return fitted(self.fit, self.cover(prefix), build)
 
     def _move(self, prefix: bytes, should_stop: StopFn) -> list[int]:
         """The prompt at this cursor with its settled part prefilled; returns that part."""

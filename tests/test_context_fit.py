@@ -105,3 +105,43 @@ def test_a_long_buffer_completes_within_the_positions(gpt2_backend) -> None:
     doc.prepare(prefix + b"f", "bytesampler")
     assert prefix + b"f" == doc.fit.dropped + cut + b"f"
     assert session.inference_tokens - before < 10
+
+
+def test_the_command_line_cuts_a_long_prompt_and_says_so(tmp_path, gpt2_backend) -> None:
+    """`midword complete` on a prompt longer than a 64-position GPT-2 takes: an answer,
+    and a note on stderr, where it used to end in an index error."""
+    import shutil
+    import subprocess
+    import sys
+
+    from midword.models import shipped_test_model
+
+    folder = tmp_path / "gpt2"
+    gpt2_backend.model.model.save_pretrained(str(folder))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        source = shipped_test_model() / name
+        if source.exists():
+            shutil.copy(source, folder / name)
+    prompt = tmp_path / "long.py"
+    prompt.write_bytes(lines(60) + b"value = sel")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "midword",
+            "complete",
+            "--model",
+            str(folder),
+            "--device",
+            "cpu",
+            "--max-tokens",
+            "4",
+            "--prefix-file",
+            str(prompt),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "bytes were left out: the model takes 64 positions" in run.stderr
