@@ -625,6 +625,10 @@ class SentencePieceEngine:
         self.fallback_first = self._fallback_mask(b"")
         self.added_ids = np.array(sorted(tok.added_text.values()), dtype=np.int64)
         self.space_first = np.array([b is not None and b[:1] == b" " for b in tok.token_bytes])
+        # the same flags in sorted_ids' order (allowed_span slices them)
+        self._starts_sorted = self.starts[self.sorted_ids]
+        self._space_first_sorted = self.space_first[self.sorted_ids]
+        self._free_sorted = (tok.is_added | self.fallback_first)[self.sorted_ids]
 
     def clear_caches(self) -> None:
         self.tail_cache.clear()
@@ -688,14 +692,10 @@ class SentencePieceEngine:
         """Of ``cands`` (every token when None): those that may follow ``path``, whose
         text is ``head``, as its next token (a boolean mask over ``cands``)."""
         tok = self.tok
-        last = path[-1] if path else None
-        succ = None
-        if last is not None and not (tok.is_added[last] or tok.is_fallback[last]):
-            succ = self.validity.successors(last)
+        succ = self._successors(path)
         ranges = self._blocked_ranges(head)
         if cands is None:
             return self._allowed_all(succ, ranges)
-        # a few candidates (the straddlers): judged alone, no vocabulary-sized arrays
         ok = self.starts[cands]
         if succ is not None:
             ok = ok & (succ[cands] | self.space_first[cands] if tok.split else succ[cands])
@@ -705,6 +705,30 @@ class SentencePieceEngine:
             for lo, hi in ranges:
                 ok &= (where < lo) | (where >= hi)
         return ok
+
+    def allowed_span(self, path: Sequence[int], head: bytes, lo: int, hi: int) -> np.ndarray:
+        """:meth:`allowed` over ``sorted_ids[lo:hi]`` (a :meth:`token_range`: the
+        straddlers), from tables kept in that order: one gather (the successors) where
+        the candidates' own flags took five, and the blocked ranges cut as slices."""
+        succ = self._successors(path)
+        ok = self._starts_sorted[lo:hi]
+        if succ is not None:
+            follow = succ[self.sorted_ids[lo:hi]]
+            if self.tok.split:
+                follow |= self._space_first_sorted[lo:hi]
+            ok = ok & follow
+        ok = ok | self._free_sorted[lo:hi]  # (a fresh array: the slices above are views)
+        for a, b in self._blocked_ranges(head):
+            if max(a, lo) < min(b, hi):
+                ok[max(a, lo) - lo : min(b, hi) - lo] = False
+        return ok
+
+    def _successors(self, path: Sequence[int]) -> np.ndarray | None:
+        """Tokens that may follow ``path``'s last one inside a piece (None: any may)."""
+        last = path[-1] if path else None
+        if last is None or self.tok.is_added[last] or self.tok.is_fallback[last]:
+            return None
+        return self.validity.successors(last)
 
     def _allowed_all(
         self, succ: np.ndarray | None, ranges: tuple[tuple[int, int], ...]
@@ -767,11 +791,11 @@ class _SPTail:
     def _straddlers(self, path: tuple[int, ...], pos: int) -> np.ndarray:
         rest = self.region[pos:]
         lo, hi = self.engine.token_range(rest)
-        ids = self.engine.sorted_ids[lo:hi][self.engine.sorted_len[lo:hi] > len(rest)]
-        if not len(ids):
+        if lo == hi:
             return EMPTY
-        ok = self.engine.allowed(path, self.region[:pos], ids)
-        return np.sort(ids[ok])
+        ok = self.engine.allowed_span(path, self.region[:pos], lo, hi)
+        ok &= self.engine.sorted_len[lo:hi] > len(rest)
+        return np.sort(self.engine.sorted_ids[lo:hi][ok])
 
 
 def _as_tail(

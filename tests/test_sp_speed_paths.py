@@ -151,6 +151,8 @@ def test_straddler_verdicts_equal_the_whole_mask_cut_to_them(
     # a space may merge with what follows it unless it starts a piece (Metaspace split)
     lasts += [[tok.bytes_to_id[b]] for b in (b" ", b"  ", b"a", b" a") if b in tok.bytes_to_id]
     lasts = [p for p in lasts if not p or tok.token_bytes[p[0]] is not None]
+    # straddled rests: space-first tokens (half of Gemma's), added texts' own starts
+    spans = [b" ", b"  ", b"s", b"<", b"\n", b"un", b"\xe4", b""]
     for head in _heads(tok, rng):
         banned = _banned_plainly(tok, head)
         for path in lasts:
@@ -160,6 +162,10 @@ def test_straddler_verdicts_equal_the_whole_mask_cut_to_them(
             cands = np.concatenate([cands, engine.interfering(head)[:200]])
             got = engine.allowed(path, head, cands)
             assert np.array_equal(got, whole[cands]), (head, path)
+            for rest in spans:
+                lo, hi = engine.token_range(rest)
+                got = engine.allowed_span(path, head, lo, hi)
+                assert np.array_equal(got, whole[engine.sorted_ids[lo:hi]]), (head, path, rest)
 
 
 def _banned_plainly(tok, head: bytes) -> np.ndarray:  # noqa: ANN001
