@@ -61,6 +61,7 @@ SPACE_PIECE_BYTES = SPACE_PIECE.encode("utf-8")
 BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 EMPTY = np.zeros(0, dtype=np.int64)
 HARD_MEMO_SIZE = 1 << 16  # neighbour pairs whose verdict is kept
+PENDING_MEMO_SIZE = 1 << 16  # region ends whose pending added-text starts are kept
 HEAP_BPE_FROM = 16  # symbols in a chunk above which bpe_heap beats bpe_apply's rescans
 
 
@@ -248,17 +249,20 @@ class SentencePieceTokenizer(BPETokenizer):
         self.pairs_list = self.pairs.tolist()  # (bisect on a list: no numpy call per pair)
         self._hard_memo: dict[str, bool] = {}
         self._prefix_set = frozenset(a[:k] for a in self.added_bytes for k in range(1, len(a)))
+        self._pending_memo: dict[bytes, tuple[int, ...]] = {}
         self._added_firsts = frozenset(a[0] for a in self.added_bytes)
         self._added_lasts = frozenset(a[-1] for a in self.added_text)
         self._added_sorted = sorted(self.added_bytes)
         self._longest_added = max(map(len, self.added_bytes), default=0)
         self._added_lengths = sorted({len(a) for a in self.added_text})
-        firsts: dict[str, set[int]] = {}
+        twos: dict[str, set[int]] = {}
         for a in self.added_text:
-            firsts.setdefault(a[0], set()).add(len(a))
-        self._lengths_by_first = {c: sorted(ns, reverse=True) for c, ns in firsts.items()}
+            if len(a) > 1:
+                twos.setdefault(a[:2], set()).add(len(a))
+        self._lengths_by_two = {c: sorted(ns, reverse=True) for c, ns in twos.items()}
+        firsts = sorted({a[0] for a in self.added_text})
         self._added_first_re = (
-            re.compile("[" + "".join(map(re.escape, sorted(firsts))) + "]") if firsts else None
+            re.compile("[" + "".join(map(re.escape, firsts)) + "]") if firsts else None
         )
         self._chars_cached = lru_cache(maxsize=200_000)(self._bpe_chars)
 
@@ -379,15 +383,24 @@ class SentencePieceTokenizer(BPETokenizer):
 
     # ------------------------------------------------------------ added text
     def pending_starts(self, head: bytes) -> list[int]:
-        """Byte offsets j where ``head[j:]`` is a proper prefix of a non-special added text."""
+        """Byte offsets j where ``head[j:]`` is a proper prefix of a non-special added text.
+
+        Only the last ``_longest_added`` bytes matter: their answer (counted from the end)
+        is kept, since streaming asks about every region and the one a byte shorter."""
         if not self._prefix_set:
             return []
-        firsts, prefixes = self._added_firsts, self._prefix_set
-        return [
-            j
-            for j in range(max(0, len(head) - self._longest_added), len(head))
-            if head[j] in firsts and head[j:] in prefixes  # (most bytes start no added text)
-        ]
+        key = head[-self._longest_added :]
+        back = self._pending_memo.get(key)
+        if back is None:
+            if len(self._pending_memo) > PENDING_MEMO_SIZE:
+                self._pending_memo.clear()
+            firsts, prefixes = self._added_firsts, self._prefix_set
+            back = self._pending_memo[key] = tuple(
+                len(key) - j
+                for j in range(len(key))
+                if key[j] in firsts and key[j:] in prefixes  # (most bytes start no added text)
+            )
+        return [len(head) - b for b in back]
 
     def split_added(self, text: str) -> list[tuple[str, int | None]]:
         """Leftmost-longest non-special added text, as the base class's regex finds it, by
@@ -399,19 +412,26 @@ class SentencePieceTokenizer(BPETokenizer):
             if found is None:
                 break
             i = found.start()
-            for n in self._lengths_by_first[text[i]]:
-                hit = self.added_text.get(text[i : i + n])
-                if hit is not None:
-                    if i > pos:
-                        out.append((text[pos:i], None))
-                    out.append((text[i : i + n], hit))
-                    pos = i = i + n
-                    break
+            n = self._added_at(text, i)
+            if n:
+                if i > pos:
+                    out.append((text[pos:i], None))
+                out.append((text[i : i + n], self.added_text[text[i : i + n]]))
+                pos = i = i + n
             else:
                 i += 1
         if pos < len(text):
             out.append((text[pos:], None))
         return out
+
+    def _added_at(self, text: str, i: int) -> int:
+        """Length of the longest added text at ``text[i]`` (0: none). Lengths are tried by
+        the first two characters: a space starts Gemma's 30 space runs, but ' a' none."""
+        room = len(text) - i
+        for n in self._lengths_by_two.get(text[i : i + 2], ()):
+            if n <= room and text[i : i + n] in self.added_text:
+                return n
+        return 1 if text[i] in self.added_text else 0
 
     def ends_with_added(self, text: str) -> bool:
         """Does ``text`` end with a whole non-special added text?"""

@@ -131,6 +131,8 @@ def test_added_text_lookups_against_brute_force(engine: SentencePieceEngine) -> 
             )
         ]
         assert tok.pending_starts(head) == pending, text
+        # kept answers (by the head's last bytes) move with a longer head
+        assert tok.pending_starts(b"#" * 20 + head) == [j + 20 for j in pending], text
         assert tok.ends_with_added(text) == any(text.endswith(a) for a in added), text
         assert tok.split_added(text) == BPETokenizer.split_added(tok, text), text
 
