@@ -1,6 +1,7 @@
 """Engine figures per tokenizer: load time (first and cached), resident memory, push cost
 per byte, valid-successor mask time, tree build time and tree size at random cut points
-of code.
+of code, and a keystroke at the end of a few long runs (:data:`RUNS`: the slow case of
+SentencePiece, whose trees cover everything since the last hard boundary).
 
 Resident memory is the growth of VmRSS (/proc/self/status) when a fresh Python process,
 with midword already imported, loads the engine from its on-disk cache: what a server
@@ -122,6 +123,18 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         f"  internal nodes beyond the trunk: mean {statistics.mean(extra_nodes):.2f}; "
         f"cuts with a node ending at the cut: {at_end}/{cuts}"
     )
+    runs = [_keystroke_time(engine, run) for run in RUNS]
+    print(f"  keystroke at the end of long runs ({len(RUNS)} texts, see RUNS): {_ms(runs)}")
+
+
+# Runs no pre-token split or hard boundary ends: a comment ruler, deep indentation (Gemma
+# has added tokens for runs of up to 31 spaces), a hex string, a long identifier.
+RUNS = [
+    b"# " + b"=" * 300,
+    b"x = 1\n" + b" " * 30,
+    b"h = '" + b"0123456789abcdef" * 12,
+    b"value = self." + b"very_long_name_" * 10,
+]
 
 
 _RSS_PROBE = """
