@@ -30,8 +30,8 @@ HYPS_MEMO_SIZE = 1 << 14  # shapes kept (a few hundred bytes each)
 # a small cache gets the hits, while a large one only grows: at 4,096 entries and 256 MB
 # it took the language server's model thread from 36 to 53 MB in the busy-editor soak's
 # second half with the 4k-token test model (32 KB an end node), and a 128k vocabulary
-# fills 256 MB within minutes. At 256 entries and 32 MB, bench_tree_replay's figures
-# (llama3, qwen3) stayed within run-to-run noise.
+# fills 256 MB within minutes. With a 16 MB cap, bench_tree_replay's figures (llama3,
+# qwen3, two interleaved rounds) stayed within run-to-run noise.
 TAIL_CACHE_ENTRIES = 256
 TAIL_CACHE_BYTES = 32 << 20  # leaf arrays kept at most (a llama3 tree's end node: 850 KB)
 ONLY_BARE: frozenset[bytes] = frozenset({b""})  # WholeWords.exts of a T with no other ending
