@@ -211,6 +211,7 @@ class Tally:
     rss: list[tuple[float, float]] = field(default_factory=list)  # (seconds, MB)
     text_mb: list[float] = field(default_factory=list)  # the server's documents, MB
     cheap: list[float] = field(default_factory=list)  # midword/stats latency
+    live: list[int] = field(default_factory=list)  # buffers holding a covering tree and KV cache
     edits: int = 0
 
 
@@ -272,6 +273,7 @@ async def watch(
         stats = await client.protocol.send_request_async("midword/stats", {})
         tally.cheap.append(time.perf_counter() - sent)
         tally.text_mb.append(_field(stats, "documentBytes") / (1 << 20))
+        tally.live.append(int(_field(stats, "liveDocuments")))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
 
@@ -430,6 +432,11 @@ def report(tally: Tally, elapsed: float, plan: Plan, consistent: bool) -> dict[s
         print(
             f"  documents' text: {tally.text_mb[0]:.1f} MB at the start, "
             f"{tally.text_mb[-1]:.1f} MB at the end"
+        )
+    if tally.live:  # bounded state still filling in the second half shows in the slope
+        print(
+            f"  buffers holding a covering tree and KV cache (8 at most): "
+            f"{tally.live[len(tally.live) // 2]} at half time, {tally.live[-1]} at the end"
         )
     print(f"  server documents hold the client's bytes: {consistent}")
     for error in tally.errors[:5]:

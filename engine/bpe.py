@@ -35,6 +35,8 @@ __all__ = [
 
 NO_MERGE = np.iinfo(np.int64).max  # rank of "never formed" (unreachable tokens, past the top)
 
+BPE_MEMO_WORDS = 1 << 15  # pre-tokens whose BPE is kept (least recently used dropped)
+
 
 class TokenizerError(ValueError):
     """The tokenizer file is missing, malformed or of an unsupported kind."""
@@ -115,7 +117,10 @@ class BPETokenizer:
             if self.added_text
             else None
         )
-        self._bpe_cached = lru_cache(maxsize=200_000)(self._bpe)
+        # words seen lately: a buffer's window is encoded again and again, mostly the same
+        # words; each keystroke also brings a word never seen before, so the bound is what
+        # a long session keeps (32k words, about 8 MB)
+        self._bpe_cached = lru_cache(maxsize=BPE_MEMO_WORDS)(self._bpe)
 
     # ----------------------------------------------------------------- encoding
     def normalize_text(self, text: str) -> str:

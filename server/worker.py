@@ -55,7 +55,7 @@ log = logging.getLogger("midword.server")
 
 MAX_LIVE_DOCUMENTS = 8  # documents that keep a live VCT and KV cache (least recent dropped)
 SYNC_DELAY_S = 0.05  # a change's sync waits for a pause this long (see ModelHost.sync)
-TRIM_EVERY_S = 10.0  # model work's freed heap pages go back to the OS at most this often
+TRIM_EVERY_S = 2.0  # model work's freed heap pages go back to the OS at most this often
 TRIM_KEY = "midword:trim"  # the background key of that trim (not a document URI)
 
 
@@ -297,7 +297,7 @@ class ModelHost:
         editor soak that arena grew from 20 to 65 MB in three minutes, half of it free
         blocks, while the event loop's stayed at 18 MB, and one ``malloc_trim`` gave back
         23 MB of resident memory. So model work queues a trim as background work (it
-        waits for a gap between requests) at most every `TRIM_EVERY_S`: a few ms.
+        waits for a gap between requests) at most every `TRIM_EVERY_S`: about a millisecond.
         """
         if time.monotonic() - self._trimmed_at >= TRIM_EVERY_S and not self._worker.closed:
             with contextlib.suppress(RuntimeError):  # shut down meanwhile
