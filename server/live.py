@@ -32,6 +32,7 @@ __all__ = ["Backend", "EnsembleModels", "FimDocument", "LiveDocument", "SingleMo
 StopFn = Callable[[], bool] | None
 CutFn = Callable[[str], int | None] | None
 PREFILL_CHUNK = 256  # trunk tokens evaluated between two checks for a newer request
+SUFFIX_SHARE = 3  # a FIM suffix takes at most a third of the positions a prompt may use
 log = logging.getLogger("midword.server")
 
 
@@ -204,6 +205,7 @@ class FimDocument:
         self.suffix = b""
         self.cover = _Coverage(completer.engine.missing_bytes)
         self.fit = ContextFit(max_context)
+        self._kept: tuple[bytes, bytes] = (b"", b"")  # (suffix, its lines that fit)
 
     @property
     def inference_tokens(self) -> int:
@@ -222,11 +224,35 @@ class FimDocument:
         """Move the live VCT to ``prefix`` cut to fit the model; returns the prefix used."""
         from midword.engine.context_fit import fitted
 
+        suffix = self.kept_suffix()
+
         def build(prompt: bytes) -> int:
-            self.fim.completer.sampler.reset(self.fim.move_to(prompt, self.suffix))
+            self.fim.completer.sampler.reset(self.fim.move_to(prompt, suffix))
             return self._used()
 
         return fitted(self.fit, self.cover(prefix), build)
+
+    def kept_suffix(self) -> bytes:
+        """The suffix's first lines, as many as take at most 1/`SUFFIX_SHARE` of the
+        positions a prompt may use (a model with a short context would otherwise give
+        them all to the text after the cursor). Counted with the tokenizer's own encoding
+        of the text, once per suffix: typing leaves the suffix, and so this, unchanged."""
+        if self.fit.max_context is None:
+            return self.suffix
+        if self._kept[0] == self.suffix:
+            return self._kept[1]
+        limit = self.fit.room // SUFFIX_SHARE
+        kept = self.suffix
+        count = self._token_count(kept)
+        while count > limit and kept:
+            line_end = kept.rfind(b"\n", 0, max(1, len(kept) * limit // count))
+            kept = kept[: line_end + 1] if line_end >= 0 else b""
+            count = self._token_count(kept)
+        self._kept = (self.suffix, kept)
+        return kept
+
+    def _token_count(self, text: bytes) -> int:
+        return len(self.fim.engine.tok.encode(text.decode("utf-8", "replace"))) if text else 0
 
     def _move(self, prefix: bytes, should_stop: StopFn) -> list[int]:
         """The prompt at this cursor with its settled part prefilled; returns that part."""
@@ -250,7 +276,7 @@ class FimDocument:
         room = self.fit.new_tokens(self._used())
         return self.fim.complete(
             prompt,
-            self.suffix,
+            self.kept_suffix(),
             replace(settings, max_tokens=min(settings.max_tokens, room)),
             should_stop=should_stop,
             cut=cut,

@@ -145,3 +145,32 @@ def test_the_command_line_cuts_a_long_prompt_and_says_so(tmp_path, gpt2_backend)
     )
     assert run.returncode == 0, run.stderr
     assert "bytes were left out: the model takes 64 positions" in run.stderr
+
+
+def test_a_fim_prompt_gives_the_suffix_a_third_and_fits() -> None:
+    """The shipped model (512 positions, qwen-spm): a long prefix and a long suffix. The
+    suffix keeps its first whole lines, at most a third of the room; the prefix is cut
+    to fit the rest; the answer is exactly the answer for that prompt."""
+    from midword.engine.fim import TEMPLATES, FimCompleter
+    from midword.engine.hf_backend import load_hf_model
+    from midword.engine.tables import load_engine
+    from midword.server.live import SUFFIX_SHARE, SingleModel
+
+    from midword.models import shipped_test_model
+
+    folder = str(shipped_test_model())
+    model, engine = load_hf_model(folder), load_engine(folder)
+    backend = SingleModel(model, engine, fim=TEMPLATES["qwen-spm"])
+    doc = backend.document()
+    prefix, suffix = lines(200, seed=1) + b"value = sel", b"f\n" + lines(200, seed=2)
+    doc.set_suffix(suffix)
+    doc.prepare(prefix, "bytesampler")
+    kept = doc.kept_suffix()
+    assert suffix.startswith(kept) and kept.endswith(b"\n") and len(kept) < len(suffix)
+    assert doc._token_count(kept) <= doc.fit.room // SUFFIX_SHARE
+    assert doc._used() <= doc.fit.room  # the whole prompt within the positions
+    result = doc.complete(prefix, greedy(), should_stop=None, cut=None, deadline=1e18)
+    assert doc.fim.session.inner.cache_len() <= model.context_length
+    cut = prefix[len(doc.fit.dropped) :]
+    fresh = FimCompleter(model, engine, TEMPLATES["qwen-spm"])
+    assert result.text == fresh.complete(cut, kept, greedy()).text
