@@ -11,6 +11,15 @@ Layouts handled:
   tensors of shape [batch, kv_heads, seq, head_dim];
 * older DynamicCache: ``cache.key_cache[i] / cache.value_cache[i]`` lists.
 
+Growing in place: transformers' `DynamicLayer` appends by ``torch.cat`` of the whole
+layer, so every decode step copies every layer's K and V (74 MB a step for a 0.5B
+model and a 1,500-token prompt) and churns the allocator with blocks of ever-growing
+sizes. Where the installed transformers has the expected layer API (checked once by a
+probe against the plain layer), each layer here keeps a buffer with spare rows
+(capacity a multiple of `ROW_BLOCK`, grown x`GROWTH`) and writes new rows into it;
+its ``keys`` / ``values`` are views of the used rows. Otherwise the plain layer is
+kept: the old copies, never other numbers.
+
 Example:
     >>> kv = KVCache()
     >>> len(kv)
@@ -33,7 +42,12 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["KVCache", "UnsupportedCacheError", "cache_argument"]
+__all__ = ["GROWTH", "ROW_BLOCK", "KVCache", "UnsupportedCacheError", "cache_argument"]
+
+ROW_BLOCK = 256  # capacities are multiples of this many rows: few distinct block sizes
+GROWTH = 1.5  # a full buffer is replaced by one this much larger: rare reallocations
+SHRINK_FACTOR = 4  # a buffer this many times larger than the rows it must hold ...
+SHRINK_MIN_ROWS = 4 * ROW_BLOCK  # ... and above this size is replaced by a fitting one
 
 
 def cache_argument(model: Any) -> str:
@@ -65,15 +79,37 @@ class UnsupportedCacheError(RuntimeError):
 class KVCache:
     """An append-only transformers DynamicCache plus row selection.
 
-    The cache is created without a model config, so every layer is a plain
-    full-attention `DynamicLayer` (sliding-window layers would drop rows on
-    their own, which breaks row bookkeeping).
+    The cache is created without a model config, so every layer is a full-attention
+    `DynamicLayer` (sliding-window layers would drop rows on their own, which breaks
+    row bookkeeping): one that grows in place where the probe passes (see the module
+    docstring), unless ``grow_in_place=False`` asks for the plain one.
+
+    Example:
+        >>> KVCache().grows_in_place, KVCache(grow_in_place=False).grows_in_place
+        (True, False)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, grow_in_place: bool = True) -> None:
         from transformers import DynamicCache
 
         self._cache = DynamicCache()
+        self._grows = grow_in_place and _install_growing_layers(self._cache)
+
+    @property
+    def grows_in_place(self) -> bool:
+        """True when new rows are written into buffers with spare capacity."""
+        return self._grows
+
+    def capacity(self) -> int:
+        """Rows the first layer holds without reallocating (its length when not growing).
+
+        Example:
+            >>> KVCache().capacity()
+            0
+        """
+        layers = getattr(self._cache, "layers", [])
+        buffer = getattr(layers[0], "_key_buffer", None) if layers else None
+        return max(len(self), 0 if buffer is None else int(buffer.shape[-2]))
 
     @property
     def hf(self) -> Any:
@@ -218,3 +254,192 @@ def _set_layer(cache: Any, i: int, keys: Any, values: Any) -> None:
     cache.key_cache[i], cache.value_cache[i] = keys, values
     if hasattr(cache, "_seen_tokens"):
         cache._seen_tokens = keys.shape[-2]
+
+
+# --------------------------------------------------------------------------------------
+# cache layers that grow in place
+# --------------------------------------------------------------------------------------
+
+
+class _GrowInPlace:
+    """Mixed in before transformers' `DynamicLayer`: ``update`` writes the new rows into
+    a buffer with spare capacity instead of concatenating the whole layer.
+
+    ``keys`` / ``values`` stay what the plain layer would hold (the same rows, shape and
+    dtype) but are views of the first rows of ``_key_buffer`` / ``_value_buffer``. Any
+    method of the plain layer that replaces them (crop, select, reorder, offload) leaves
+    tensors that are not such views, or views it may shorten: `update` checks, and moves
+    the rows into a new buffer when the old one cannot take them.
+    """
+
+    keys: Any
+    values: Any
+    is_initialized: bool
+    _key_buffer: torch.Tensor | None = None  # [batch, kv_heads, capacity, head_dim]
+    _value_buffer: torch.Tensor | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new [batch, kv_heads, new, head_dim] rows; return all rows (views)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)  # type: ignore[attr-defined]
+        held = self.get_seq_length()  # type: ignore[attr-defined]
+        if _needs_plain_path(key_states, value_states, self.keys, self.values, held):
+            self._key_buffer = self._value_buffer = None
+            return super().update(key_states, value_states, *args, **kwargs)  # type: ignore[misc]
+        total = held + key_states.shape[-2]
+        if not (
+            _has_room(self._key_buffer, self.keys, key_states, held, total)
+            and _has_room(self._value_buffer, self.values, value_states, held, total)
+        ):
+            self._key_buffer = _moved_to_new_buffer(
+                self._key_buffer, self.keys, key_states, held, total
+            )
+            self._value_buffer = _moved_to_new_buffer(
+                self._value_buffer, self.values, value_states, held, total
+            )
+        self.keys = _write_rows(self._key_buffer, key_states, held)
+        self.values = _write_rows(self._value_buffer, value_states, held)
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        """Drop the rows and the buffers, as the plain layer drops its tensors."""
+        self._key_buffer = self._value_buffer = None
+        super().reset()  # type: ignore[misc]
+
+
+def _needs_plain_path(
+    key_states: torch.Tensor, value_states: torch.Tensor, keys: Any, values: Any, held: int
+) -> bool:
+    """True where an in-place write could differ from the plain concatenation: inputs with
+    autograd history, or held rows of another dtype, device or row shape (cat promotes or
+    raises there, as it always did)."""
+    import torch
+
+    if torch.is_grad_enabled() and (key_states.requires_grad or value_states.requires_grad):
+        return True
+    if key_states.shape[:-2] != value_states.shape[:-2]:
+        return True
+    if held == 0:
+        return False
+    return not (_same_layout(keys, key_states) and _same_layout(values, value_states))
+
+
+def _same_layout(held: torch.Tensor, new: torch.Tensor) -> bool:
+    """Same dtype, device, and shape but for the row axis (-2)."""
+    return (
+        held.dim() == new.dim()
+        and held.dtype == new.dtype
+        and held.device == new.device
+        and held.shape[:-2] == new.shape[:-2]
+        and held.shape[-1] == new.shape[-1]
+    )
+
+
+def _has_room(
+    buffer: torch.Tensor | None, held_rows: Any, new: torch.Tensor, held: int, total: int
+) -> bool:
+    """May the new rows go into `buffer` behind `held_rows`, without moving them?
+
+    True when `held_rows` are the buffer's first `held` rows (a view of it: same start
+    and strides), `total` rows fit, the buffer is not far too large (then a fitting one
+    is made, so a long context's memory goes once it is cropped), and it may be written.
+    """
+    if buffer is None or not _same_layout(buffer, new):
+        return False
+    capacity = buffer.shape[-2]
+    if total > capacity or (capacity > SHRINK_MIN_ROWS and total * SHRINK_FACTOR < capacity):
+        return False
+    if held and (
+        held_rows.data_ptr() != buffer.data_ptr() or held_rows.stride() != buffer.stride()
+    ):
+        return False
+    return _writable(buffer)
+
+
+def _grown_capacity(total: int, current: int) -> int:
+    """Rows of a new buffer for `total` rows, replacing one of `current` rows (0: none):
+    x`GROWTH` when a full buffer grows, just enough for the first one or when the old one
+    is far too large, else the same size; rounded up to a multiple of `ROW_BLOCK`.
+
+    Example:
+        >>> _grown_capacity(1500, 0), _grown_capacity(1537, 1536), _grown_capacity(10, 4096)
+        (1536, 2304, 256)
+        >>> _grown_capacity(300, 512)   # rows moved out of a buffer that still fits them
+        512
+    """
+    if total > current > 0:
+        target = max(total, int(current * GROWTH))
+    elif current == 0 or total * SHRINK_FACTOR < current:
+        target = total
+    else:
+        target = current
+    return max(ROW_BLOCK, -(-target // ROW_BLOCK) * ROW_BLOCK)
+
+
+def _moved_to_new_buffer(
+    old: torch.Tensor | None, held_rows: Any, new: torch.Tensor, held: int, total: int
+) -> torch.Tensor:
+    """A buffer (`new`'s dtype and device) for `total` rows, replacing `old` (if any),
+    with the `held` rows copied in."""
+    current = 0 if old is None else int(old.shape[-2])
+    shape = (*new.shape[:-2], _grown_capacity(total, current), new.shape[-1])
+    buffer = new.new_empty(shape)  # [batch, kv_heads, capacity, head_dim]
+    if held:
+        buffer[..., :held, :].copy_(held_rows)
+    return buffer
+
+
+def _write_rows(buffer: Any, new: torch.Tensor, held: int) -> torch.Tensor:
+    """Write `new` behind the first `held` rows of `buffer`; a view of all used rows."""
+    total = held + new.shape[-2]
+    buffer[..., held:total, :].copy_(new)
+    return buffer[..., :total, :]
+
+
+@functools.lru_cache(maxsize=1)
+def _growing_layer_class() -> type | None:
+    """`_GrowInPlace` over this transformers' `DynamicLayer`, or None where the probe
+    finds that the plain layer does something the subclass would not (another API)."""
+    try:
+        from transformers.cache_utils import DynamicLayer
+
+        namespace = {"__module__": __name__, "_layer_type": None}  # None: not registered
+        growing = type("GrowingDynamicLayer", (_GrowInPlace, DynamicLayer), namespace)
+        return growing if _behaves_like(growing, DynamicLayer) else None
+    except Exception:  # any API drift: keep the plain layer
+        return None
+
+
+def _behaves_like(growing: type, plain: type) -> bool:
+    """Feed both layer classes appends, a crop and a reset; True if they hold the same
+    rows (bitwise), report the same lengths and the plain one keeps no extra state."""
+    import torch
+
+    a, b = plain(), growing()
+    steps = [("update", 3), ("update", 1), ("crop", -2), ("update", 2), ("reset", 0), ("update", 1)]
+    for i, (op, n) in enumerate(steps):
+        if op == "update":
+            k = torch.arange(2 * n * 4, dtype=torch.float32).reshape(1, 2, n, 4) + i  # [1,2,n,4]
+            out_a, out_b = a.update(k, -k), b.update(k, -k)
+            if not all(torch.equal(x, y) for x, y in zip(out_a, out_b, strict=True)):
+                return False
+        else:
+            getattr(a, op)(*([n] if op == "crop" else []))
+            getattr(b, op)(*([n] if op == "crop" else []))
+        if a.get_seq_length() != b.get_seq_length() or a.get_mask_sizes(2) != b.get_mask_sizes(2):
+            return False
+    return set(vars(a)) <= set(vars(b)) and torch.equal(a.keys, b.keys)
+
+
+def _install_growing_layers(cache: Any) -> bool:
+    """Make an empty, lazily filled DynamicCache build growing layers; False (the cache
+    left as it is) where it is not the layout this was written for."""
+    growing = _growing_layer_class()
+    if growing is None or getattr(cache, "layers", None) != []:
+        return False
+    if growing.__mro__[2] is not getattr(cache, "layer_class_to_replicate", None):
+        return False
+    cache.layer_class_to_replicate = growing
+    return True
