@@ -18,9 +18,10 @@ SentencePiece vocabularies (``tokenizer.ggml.model = 'llama'``: Llama 2, CodeLla
 Mistral v0.1) merge by score, not rank: :func:`sentencepiece_merges` turns the scores
 into the one merge list that encodes as llama.cpp does, or refuses the file by name.
 
-Weights: the architectures in :data:`ARCHITECTURES`. llama.cpp's converter permutes the
-rows of Q and K in llama-architecture files (it interleaves the two rotary halves of
-each head); :func:`unpermute_rows` undoes it, or every logit would be wrong.
+Weights: the architectures in :data:`ARCHITECTURES` (llama, qwen2, qwen3, starcoder2,
+gemma), mapped in :mod:`midword.engine.gguf_architectures`, which also undoes what
+llama.cpp's converter did to some tensors (the Q/K row permutation of llama files, the 1
+added to Gemma's norm weights), or every logit would be wrong.
 
 Example (a GGUF file written by llama.cpp, converted and loaded)::
 
@@ -41,13 +42,32 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .gguf_architectures import (
+    ARCHITECTURES,
+    Architecture,
+    architecture,
+    check_tensors,
+    hf_config,
+    hf_tensor_name,
+    restore_tensor,
+    tensor_dims,
+    unpermute_rows,
+)
+from .gguf_reader import GGUFError, GGUFFile
 from .tokenizer import cache_root
+
+__all__ = [  # (with the architectures' and the reader's names, re-exported for callers)
+    "ARCHITECTURES", "PRE_TOKENIZERS", "Architecture", "GGUFError", "GGUFFile",
+    "architecture", "cache_folder", "convert_gguf", "dequantized_tensors", "hf_tensor_name",
+    "iter_dequantized", "model_config", "pre_tokenizer_recipe", "sentencepiece_merges",
+    "tokenizer_config", "tokenizer_json", "unpermute_rows",
+]  # fmt: skip
 
 CONVERTER_VERSION = "1"  # part of the cache key: bump when the written folder changes
 STORAGE_DTYPES = ("float32", "float16", "bfloat16")
@@ -55,10 +75,6 @@ Progress = Callable[[str, int], None]  # (message, percent 0-100)
 
 # gguf.TokenType values
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
-
-
-class GGUFError(ValueError):
-    """The GGUF file is not one midword can convert exactly; the message says why."""
 
 
 # ------------------------------------------------------------------ pre-tokenizers
@@ -158,36 +174,6 @@ def pre_tokenizer_recipe(name: str | None) -> PreTokenizerRecipe:
             f"(supported: {known})"
         )
     return recipe
-
-
-# ------------------------------------------------------------------ reading metadata
-_MISSING = object()
-
-
-class GGUFFile:
-    """A GGUF file opened with the ``gguf`` package (memory-mapped: tensors are read lazily)."""
-
-    def __init__(self, path: str | Path) -> None:
-        import gguf
-
-        self.path = Path(path)
-        try:
-            self.reader = gguf.GGUFReader(str(self.path))
-        except (ValueError, OSError) as exc:
-            raise GGUFError(f"cannot read {self.path} as a GGUF file: {exc}") from exc
-        self.arch = str(self.get("general.architecture", ""))
-
-    def get(self, key: str, default: Any = _MISSING) -> Any:
-        """A metadata value (lists for arrays); GGUFError when missing and no default."""
-        f = self.reader.fields.get(key)
-        if f is None:
-            if default is _MISSING:
-                raise GGUFError(f"{self.path.name}: metadata key {key} is missing")
-            return default
-        return f.contents()
-
-    def arch_value(self, key: str, default: Any = _MISSING) -> Any:
-        return self.get(f"{self.arch}.{key}", default)
 
 
 # ------------------------------------------------------------------ the tokenizer
@@ -598,151 +584,36 @@ def tokenizer_config(gf: GGUFFile) -> dict:
 
 
 # ------------------------------------------------------------------ the model
-@dataclass(frozen=True)
-class Architecture:
-    """How one ``general.architecture`` maps onto a transformers model class."""
-
-    config_class: str  # a transformers config class name
-    hf_architecture: str
-    permuted_qk: bool  # llama.cpp permuted the rows of Q and K (llama files)
-    layer_tensors: dict[str, str] = field(default_factory=dict)
-
-
-_LAYER_COMMON = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-_QKV_BIAS = {f"attn_{x}.bias": f"self_attn.{x}_proj.bias" for x in "qkv"}
-_QK_NORM = {
-    "attn_q_norm.weight": "self_attn.q_norm.weight",
-    "attn_k_norm.weight": "self_attn.k_norm.weight",
-}
-ARCHITECTURES: dict[str, Architecture] = {
-    "llama": Architecture("LlamaConfig", "LlamaForCausalLM", True, _LAYER_COMMON),
-    "qwen2": Architecture("Qwen2Config", "Qwen2ForCausalLM", False, _LAYER_COMMON | _QKV_BIAS),
-    "qwen3": Architecture("Qwen3Config", "Qwen3ForCausalLM", False, _LAYER_COMMON | _QK_NORM),
-}
-_GLOBAL_TENSORS = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-_LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
-
-
-def architecture(gf: GGUFFile) -> Architecture:
-    arch = ARCHITECTURES.get(gf.arch)
-    if arch is None:
-        raise GGUFError(
-            f"{gf.path.name}: general.architecture = {gf.arch!r} is not supported "
-            f"(supported: {', '.join(ARCHITECTURES)})"
-        )
-    return arch
-
-
 def model_config(gf: GGUFFile, dtype: str) -> dict:
-    """config.json of the transformers model, from the ``<arch>.*`` metadata."""
-    arch = architecture(gf)
-    _refuse_unmodelled(gf)
-    heads = int(gf.arch_value("attention.head_count"))
-    hidden = int(gf.arch_value("embedding_length"))
-    head_dim = int(gf.arch_value("attention.key_length", hidden // heads))
-    rope_dim = int(gf.arch_value("rope.dimension_count", head_dim))
-    if rope_dim != head_dim:
-        raise GGUFError(f"{gf.path.name}: partial rotary embeddings ({rope_dim} of {head_dim})")
-    names = {t.name for t in gf.reader.tensors}
-    vocab = len(gf.get("tokenizer.ggml.tokens"))
-    kwargs: dict[str, Any] = {
-        "architectures": [arch.hf_architecture],
-        "vocab_size": int(gf.arch_value("vocab_size", vocab)),
-        "hidden_size": hidden,
-        "intermediate_size": int(gf.arch_value("feed_forward_length")),
-        "num_hidden_layers": int(gf.arch_value("block_count")),
-        "num_attention_heads": heads,
-        "num_key_value_heads": int(gf.arch_value("attention.head_count_kv", heads)),
-        "head_dim": head_dim,
-        "max_position_embeddings": int(gf.arch_value("context_length", 2048)),
-        "rms_norm_eps": float(gf.arch_value("attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(gf.arch_value("rope.freq_base", 10000.0)),
-        "tie_word_embeddings": "output.weight" not in names,
+    """config.json of the transformers model, from the ``<arch>.*`` metadata
+    (:func:`~midword.engine.gguf_architectures.hf_config`) and the special token ids."""
+    extra = {
         "bos_token_id": special_token_id(gf, "bos"),
         "eos_token_id": special_token_id(gf, "eos"),
         "pad_token_id": gf.get("tokenizer.ggml.padding_token_id", None),
         "dtype": dtype,
     }
-    import transformers
-
-    config = getattr(transformers, arch.config_class)(**kwargs)
+    config = hf_config(gf, extra)
+    check_tensors(gf, config)
     return config.to_dict()
 
 
-def _refuse_unmodelled(gf: GGUFFile) -> None:
-    """Metadata whose effect the converted config would silently lose."""
-    scaling = gf.arch_value("rope.scaling.type", "none")
-    if scaling not in ("none", None):
-        raise GGUFError(f"{gf.path.name}: rope scaling {scaling!r} is not supported")
-    if int(gf.arch_value("expert_count", 0) or 0):
-        raise GGUFError(f"{gf.path.name}: mixture-of-experts models are not supported")
-    if any(t.name == "rope_freqs.weight" for t in gf.reader.tensors):
-        raise GGUFError(f"{gf.path.name}: rope frequency factors (Llama 3.1) are not supported")
-
-
-def hf_tensor_name(arch: Architecture, name: str) -> str:
-    """The transformers name of a GGUF tensor; GGUFError for one the model has no place for.
-
-    >>> hf_tensor_name(ARCHITECTURES["llama"], "blk.3.attn_q.weight")
-    'model.layers.3.self_attn.q_proj.weight'
-    """
-    if name in _GLOBAL_TENSORS:
-        return _GLOBAL_TENSORS[name]
-    m = _LAYER_NAME.fullmatch(name)
-    if m is None or m.group(2) not in arch.layer_tensors:
-        raise GGUFError(f"tensor {name} has no counterpart in {arch.hf_architecture}")
-    return f"model.layers.{m.group(1)}.{arch.layer_tensors[m.group(2)]}"
-
-
-def unpermute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """Undo llama.cpp's row permutation of a Q or K projection.
-
-    llama.cpp's converter writes ``w.reshape(n, 2, d/2, ...).swapaxes(1, 2)`` (n: the
-    heads for Q, the KV heads for K; d the head size), interleaving each head's two
-    rotary halves; this is its inverse.
-
-    >>> w = np.arange(8).reshape(8, 1)
-    >>> permuted = w.reshape(2, 2, 2, 1).swapaxes(1, 2).reshape(8, 1)
-    >>> unpermute_rows(permuted, 2).ravel().tolist()
-    [0, 1, 2, 3, 4, 5, 6, 7]
-    """
-    rows = w.shape[0]
-    if rows % (2 * n_heads):
-        raise GGUFError(f"a Q/K projection of {rows} rows does not split into {n_heads} heads")
-    half = rows // n_heads // 2
-    return w.reshape(n_heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 def dequantized_tensors(gf: GGUFFile, progress: Progress | None = None) -> dict[str, np.ndarray]:
-    """Every tensor as float32 under its transformers name, Q/K rows restored."""
+    """Every tensor as float32 under its transformers name, as the model holds it."""
     return dict(iter_dequantized(gf, progress))
 
 
 def iter_dequantized(
     gf: GGUFFile, progress: Progress | None = None
 ) -> Iterator[tuple[str, np.ndarray]]:
-    """(transformers name, float32 array) of each tensor in turn, Q/K rows restored: one
+    """(transformers name, float32 array) of each tensor in turn, as the transformers
+    model holds it (:func:`~midword.engine.gguf_architectures.restore_tensor`): one
     float32 tensor at a time, so a caller that narrows each at once never holds the whole
     model in float32."""
     from gguf.quants import dequantize
 
     arch = architecture(gf)
-    heads = int(gf.arch_value("attention.head_count"))
-    kv_heads = int(gf.arch_value("attention.head_count_kv", heads))
+    heads, kv_heads = tensor_dims(gf)
     total = sum(int(t.n_bytes) for t in gf.reader.tensors) or 1
     done = 0
     for t in gf.reader.tensors:
@@ -750,9 +621,7 @@ def iter_dequantized(
         w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
         if not w.flags.writeable:  # F32 tensors come back as views of the mapped file
             w = w.copy()
-        if arch.permuted_qk and t.name.endswith(("attn_q.weight", "attn_k.weight")):
-            w = unpermute_rows(w, heads if t.name.endswith("attn_q.weight") else kv_heads)
-        yield name, w
+        yield name, restore_tensor(arch, t.name, w, heads, kv_heads)
         done += int(t.n_bytes)
         if progress is not None:
             progress(f"dequantizing {gf.path.name}", 100 * done // total)

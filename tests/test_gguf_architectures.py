@@ -1,0 +1,323 @@
+"""The starcoder2 and gemma (CodeGemma) GGUF architectures (engine/gguf_architectures.py):
+tiny random transformers models written with ``gguf.GGUFWriter`` as llama.cpp's
+convert_hf_to_gguf.py writes them (its metadata keys, the ``gguf`` package's own
+TensorNameMap for the tensor names, 1 added to Gemma's norm weights, no output matrix
+for Gemma, norms kept F32), converted back by midword and compared logit by logit with
+the models they came from. Variants that are not modelled are refused by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from midword.engine import gguf as mg
+from midword.engine.tokenizer import load_tokenizer
+
+from .test_gguf import DEFAULT_TOKENIZER, as_read_back, load_folder, logits, stored
+from .test_gguf import write_tokenizer_metadata as write_bpe_vocab
+from .test_gguf_sentencepiece import SPECIALS, Vocab, small_vocab, write_vocab
+
+gguf = pytest.importorskip("gguf")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+BPE_IDS = [17, 400, 3000, 5, 99, 4095, 1, 250, 1234, 77, 8, 2048]
+GEMMA_TEXTS = ["def f(x):\n    return x", "abc de\n\nxy  z", "<b>yx</b>"]
+FIM = {"prefix": 5, "middle": 6, "suffix": 7}  # CodeGemma's FIM tokens (67-69 there)
+
+
+# ------------------------------------------------------------------ tiny source models
+def _randomise_vectors(model: transformers.PreTrainedModel, centre: float) -> None:
+    """Norms and biases away from their initial values, so a misplaced one shows."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.copy_(centre + 0.3 * torch.randn_like(p))
+
+
+def tiny_starcoder2(seed: int, tie: bool, use_bias: bool = True) -> transformers.PreTrainedModel:
+    """A random StarCoder2 on the shipped model's 4,096-token vocabulary."""
+    torch.manual_seed(seed)
+    config = transformers.Starcoder2Config(
+        vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        norm_epsilon=1e-5, rope_theta=100000.0, use_bias=use_bias, sliding_window=None,
+        tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    _randomise_vectors(model, 1.0)
+    return model
+
+
+def gemma_vocab() -> Vocab:
+    """A CodeGemma-like SentencePiece vocabulary: <pad> <eos> <bos> <unk> first, FIM
+    tokens, no dummy prefix, USER_DEFINED runs of newlines and spaces and an HTML tag."""
+    users = ("\n\n", "\n\n\n", "  ", "    ", "<b>")
+    base = small_vocab(6, lead=False, users=users)
+    rows = list(zip(base.tokens, base.types, base.scores, strict=True))[len(SPECIALS) :]
+    head = [("<pad>", mg.CONTROL), ("<eos>", mg.CONTROL), ("<bos>", mg.CONTROL)]
+    head += [("<unk>", mg.UNKNOWN), ("<mask>", mg.CONTROL)]
+    head += [(f"<|fim_{k}|>", mg.CONTROL) for k in FIM]
+    return Vocab([(t, k, 0.0) for t, k in head] + rows, lead=False)
+
+
+def tiny_gemma(seed: int, vocab_size: int) -> transformers.PreTrainedModel:
+    """A random Gemma with one KV head and heads of 32 (not hidden / heads = 16), as Gemma
+    7B's 256 is not 3072 / 16."""
+    torch.manual_seed(seed)
+    config = transformers.GemmaConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+        rms_norm_eps=1e-6, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    _randomise_vectors(model, 0.0)  # Gemma's norms multiply by 1 + w
+    return model
+
+
+# ------------------------------------------------------------------ written as llama.cpp does
+def _metadata_starcoder2(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> None:
+    """TextModel.set_gguf_parameters (StarCoder2Model overrides nothing), then the
+    byte-level BPE vocabulary its hash names 'starcoder'."""
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    w.add_layer_norm_eps(cfg.norm_epsilon)  # from norm_epsilon: a LayerNorm epsilon
+    write_bpe_vocab(w, json.loads(DEFAULT_TOKENIZER.read_text()), "starcoder")
+
+
+def _metadata_gemma(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> None:
+    """GemmaModel.set_gguf_parameters (no rope base: llama.cpp's 10,000) and set_vocab."""
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    write_vocab(w, gemma_vocab())  # (add_space_prefix False: the vocabulary's lead)
+    for name, i in {"bos": 2, "eos": 1, "unk": 3, "pad": 0}.items():
+        getattr(w, f"add_{name}_token_id")(i)
+    for kind, i in FIM.items():
+        w.add_uint32(f"tokenizer.ggml.{kind}_token_id", i)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
+def write_like_llama_cpp(
+    path: Path,
+    model: transformers.PreTrainedModel,
+    qtype: str,
+    skip: tuple[str, ...] = (),
+    extra: dict[str, np.ndarray] | None = None,
+) -> Path:
+    """``model`` as convert_hf_to_gguf.py writes it: names from the gguf package's
+    TensorNameMap, Gemma's norm weights + 1 and its lm_head left out, a tied output
+    matrix left out, 1-D tensors F32; ``skip``: GGUF tensors to leave out, ``extra``:
+    tensors to add."""
+    cfg = model.config
+    arch = cfg.model_type
+    w = gguf.GGUFWriter(str(path), arch)
+    (_metadata_gemma if arch == "gemma" else _metadata_starcoder2)(w, cfg)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight" and (arch == "gemma" or cfg.tie_word_embeddings):
+            continue
+        data = tensor.numpy()
+        if arch == "gemma" and name.endswith("norm.weight"):
+            data = data + np.float32(1)
+        gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if gguf_name in skip:
+            continue
+        array, kind = stored(data, qtype)
+        w.add_tensor(gguf_name, array, raw_dtype=kind)
+    for gguf_name, data in (extra or {}).items():
+        w.add_tensor(gguf_name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def as_llama_cpp_holds(model: transformers.PreTrainedModel, qtype: str) -> None:
+    """``model``'s weights replaced, in place, by what a reader of the file gets back:
+    rounded or quantized, and Gemma's norms through the + 1 and - 1 in float32."""
+    gemma = model.config.model_type == "gemma"
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            w = as_read_back(p.numpy(), qtype)
+            if gemma and name.endswith("norm.weight"):
+                w = (w + np.float32(1)) - np.float32(1)
+            p.copy_(torch.from_numpy(w))
+
+
+def gemma_ids() -> list[list[int]]:
+    oracle = gemma_vocab().oracle()
+    return [[2, *oracle.ids(text)] for text in GEMMA_TEXTS]
+
+
+def build(arch: str, seed: int, tie: bool = True, use_bias: bool = True):  # noqa: ANN201
+    if arch == "gemma":
+        return tiny_gemma(seed, len(gemma_vocab().tokens))
+    return tiny_starcoder2(seed, tie, use_bias)
+
+
+def prompts(arch: str) -> list[list[int]]:
+    return gemma_ids() if arch == "gemma" else [BPE_IDS, BPE_IDS[::-1][:5], [3, 3, 3]]
+
+
+# ------------------------------------------------------------------ weights
+CASES = [
+    ("starcoder2", "F32", True, True), ("starcoder2", "F32", False, True),
+    ("starcoder2", "F32", True, False), ("starcoder2", "Q8_0", False, True),
+    ("gemma", "F32", True, True), ("gemma", "Q8_0", True, True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("arch", "qtype", "tie", "use_bias"), CASES)
+def test_converted_model_gives_the_source_logits(
+    tmp_path: Path, arch: str, qtype: str, tie: bool, use_bias: bool
+) -> None:
+    """Logits equal those of the model holding what the file holds (exactly), and the
+    source's: within 1e-5 for float32 files (Gemma's norms lose a bit to the + 1), close
+    for Q8_0."""
+    source = build(arch, 1, tie, use_bias)
+    file = write_like_llama_cpp(tmp_path / f"{arch}.gguf", source, qtype)
+    folder = mg.convert_gguf(file, "float32", cache_dir=tmp_path / "cache")
+    converted = load_folder(folder)
+    expected = build(arch, 1, tie, use_bias)
+    as_llama_cpp_holds(expected, qtype)
+    for ids in prompts(arch):
+        got, want, src = logits(converted, ids), logits(expected, ids), logits(source, ids)
+        assert torch.equal(got, want), ids
+        if qtype == "F32":
+            assert (got - src).abs().max() <= 1e-5, ids
+        else:
+            assert not torch.equal(got, src)  # the quantization shows
+            assert (got - src).norm() / src.norm() < 0.05, ids
+
+
+def test_starcoder2_config_round_trips(tmp_path: Path) -> None:
+    source = tiny_starcoder2(2, tie=False)
+    file = write_like_llama_cpp(tmp_path / "s.gguf", source, "F32")
+    config = json.loads(
+        (mg.convert_gguf(file, cache_dir=tmp_path / "c") / "config.json").read_text()
+    )
+    theirs = source.config.to_dict()
+    for key in (
+        "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+        "norm_epsilon", "use_bias", "hidden_act", "tie_word_embeddings", "rope_parameters",
+        "sliding_window",
+    ):  # fmt: skip
+        assert config[key] == theirs[key], key
+    assert config["architectures"] == ["Starcoder2ForCausalLM"]
+
+
+def test_gemma_config_tokenizer_and_norms(tmp_path: Path) -> None:
+    """Config fields, the special tokens, the tokenizer (llama.cpp's encoding: no dummy
+    prefix, USER_DEFINED text first), and the norms: stored + 1, converted back."""
+    vocab = gemma_vocab()
+    source = tiny_gemma(3, len(vocab.tokens))
+    file = write_like_llama_cpp(tmp_path / "g.gguf", source, "F32")
+    folder = mg.convert_gguf(file, cache_dir=tmp_path / "c")
+    config = json.loads((folder / "config.json").read_text())
+    theirs = source.config.to_dict()
+    for key in (
+        "model_type", "hidden_size", "head_dim", "num_attention_heads", "num_key_value_heads",
+        "rms_norm_eps", "hidden_act", "tie_word_embeddings", "rope_parameters",
+        "bos_token_id", "eos_token_id", "pad_token_id", "vocab_size",
+    ):  # fmt: skip
+        assert config[key] == theirs[key], key
+    tok_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert (tok_config["bos_token"], tok_config["eos_token"]) == ("<bos>", "<eos>")
+    tok = load_tokenizer(folder / "tokenizer.json", use_cache=False)
+    assert tok.lead == b""
+    for text in [*GEMMA_TEXTS, " x", "\n\n\n\n  a"]:
+        assert tok.encode(text) == vocab.oracle().ids(text), text
+    in_file = next(t for t in gguf.GGUFReader(str(file)).tensors if t.name == "output_norm.weight")
+    norm = source.model.norm.weight.detach().numpy()
+    assert np.array_equal(np.asarray(in_file.data), norm + np.float32(1))
+    restored = mg.dequantized_tensors(mg.GGUFFile(file))["model.norm.weight"]
+    assert np.abs(restored - norm).max() < 1e-6 and not np.allclose(restored, norm + 1)
+
+
+# ------------------------------------------------------------------ refusals
+def _vocab_only(path: Path, arch: str) -> Path:
+    w = gguf.GGUFWriter(str(path), arch)
+    write_bpe_vocab(w, json.loads(DEFAULT_TOKENIZER.read_text()), "starcoder")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("arch", "why"),
+    [("gemma2", "Gemma 2 .*soft-capping"), ("gemma3", "Gemma 3 .*Q/K norms"),
+     ("starcoder", "StarCoder 1")],
+)  # fmt: skip
+def test_near_families_are_refused_by_name(tmp_path: Path, arch: str, why: str) -> None:
+    cache = tmp_path / "cache"
+    with pytest.raises(mg.GGUFError, match=f"general.architecture = '{arch}'.*{why}"):
+        mg.convert_gguf(_vocab_only(tmp_path / "m.gguf", arch), cache_dir=cache)
+    assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_unmodelled_variants_are_refused(tmp_path: Path) -> None:
+    """A starcoder2 file with some biases but not all (transformers' use_bias is all or
+    none), one with an RMS epsilon instead of a LayerNorm one, a sliding window, and a
+    Gemma file with its own output matrix."""
+    source = tiny_starcoder2(5, tie=True)
+    partial = write_like_llama_cpp(tmp_path / "p.gguf", source, "F32", skip=("blk.1.attn_q.bias",))
+    with pytest.raises(mg.GGUFError, match="no tensor for model.layers.1.self_attn.q_proj.bias"):
+        mg.convert_gguf(partial, cache_dir=tmp_path / "c")
+    cases = {
+        "rms": ("starcoder2.attention.layer_norm_epsilon is missing", "layer_norm_epsilon"),
+        "swa": ("starcoder2.attention.sliding_window is set", None),
+    }
+    for label, (message, drop) in cases.items():
+        file = tmp_path / f"{label}.gguf"
+        w = gguf.GGUFWriter(str(file), "starcoder2")
+        _metadata_starcoder2(w, source.config)
+        if drop:
+            del w.kv_data[0][f"starcoder2.attention.{drop}"]
+            w.add_layer_norm_rms_eps(1e-5)
+        else:
+            w.add_sliding_window(4096)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        with pytest.raises(mg.GGUFError, match=message):
+            mg.model_config(mg.GGUFFile(file), "float32")
+    gemma = tiny_gemma(4, len(gemma_vocab().tokens))
+    output = {"output.weight": gemma.model.embed_tokens.weight.detach().numpy()}
+    file = write_like_llama_cpp(tmp_path / "g.gguf", gemma, "F32", extra=output)
+    with pytest.raises(mg.GGUFError, match="output.weight in a gemma file"):
+        mg.convert_gguf(file, cache_dir=tmp_path / "c")
+
+
+# ------------------------------------------------------------------ the CLI
+def test_complete_accepts_a_starcoder2_file(tmp_path: Path) -> None:
+    file = write_like_llama_cpp(tmp_path / "sc2.gguf", tiny_starcoder2(6, tie=True), "Q8_0")
+    env = {**os.environ, "MIDWORD_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "midword", "complete", "--model", str(file), "--device", "cpu"]
+    cmd += ["--max-tokens", "3", "--json", "def ma"]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.splitlines()[-1])["completion"] is not None
+    assert "dequantizing sc2.gguf" in run.stderr
