@@ -92,6 +92,8 @@ class ContextFit:
         at = min(len(prompt) - 1, max(1, surplus * len(prompt) // max(1, used)))
         line_end = prompt.find(b"\n", at - 1, len(prompt) - 1)
         at = line_end + 1 if line_end >= 0 else _char_start(prompt, at)
+        if at == 0:  # one character: nothing left to cut
+            return None
         self.dropped += prompt[:at]
         return prompt[at:]
 
@@ -125,8 +127,13 @@ def fitted(fit: ContextFit, prompt: bytes, build: Callable[[bytes], int], tries:
 
 
 def _char_start(data: bytes, at: int) -> int:
-    """``at`` moved forward to the first byte of a UTF-8 character (a line too long to cut
-    at a line end is cut inside, never inside a character)."""
-    while at < len(data) - 1 and data[at] & 0xC0 == 0x80:
-        at += 1
+    """The first byte of the UTF-8 character that holds byte ``at`` (a line too long to cut
+    at a line end is cut inside, never inside a character; moving back keeps the cut
+    valid even in the last character, which may be partial).
+
+    >>> _char_start("aé".encode(), 2), _char_start("aé".encode(), 1), _char_start(b"ab", 1)
+    (1, 1, 1)
+    """
+    while at > 0 and data[at] & 0xC0 == 0x80:
+        at -= 1
     return at

@@ -47,6 +47,24 @@ def test_a_cut_drops_whole_lines_and_keeps_them_dropped_while_typing(seed: int) 
     assert fit.dropped == b""
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_a_cut_never_starts_inside_a_character(seed: int) -> None:
+    """Fuzz: short prompts of multi-byte characters (some ending in a partial one), cut
+    hard; the kept part starts on a character. (A cut moved forward from inside the last
+    character once kept only its continuation bytes: the busy-editor soak's PrefixError.)"""
+    rng = random.Random(seed)
+    alphabet = ["a", "é", "中", "😀", "\n", " ", "\u2028"]
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 30))).encode()
+        if rng.random() < 0.3:
+            text = text[: rng.randrange(1, len(text) + 1)]
+        fit = ContextFit(rng.choice([32, 64]))
+        cut = fit.refit(text, rng.randrange(1, 400))
+        if cut is not None:
+            assert cut and cut[0] & 0xC0 != 0x80, (text, cut)
+            assert fit.dropped + cut == text
+
+
 def test_no_limit_and_short_prompts_are_left_alone() -> None:
     prompt = lines(50)
     assert ContextFit(None).refit(prompt, 10**6) is None
