@@ -389,6 +389,7 @@ class ModelHost:
         stop: Callable[[], bool],
         cut: Callable[[str], int | None],
     ) -> None:
+        from midword.engine import PrefixError
         from midword.engine.backend import BackendError
 
         for settings in req.settings:
@@ -401,6 +402,9 @@ class ModelHost:
             except BackendError as exc:
                 log.warning("completion failed: %s", exc)
                 answer.reason = str(exc)
+                return
+            except PrefixError as exc:  # an answer, not an internal error for the client
+                answer.reason = f"cannot complete here: {exc}"
                 return
             post = time.perf_counter()
             text = finalize(result.text, req.scope, req.indent_unit)

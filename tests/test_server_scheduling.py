@@ -201,6 +201,25 @@ def test_the_newest_request_runs_first_and_a_superseded_one_never_runs(engine, f
     host.shutdown()
 
 
+def test_a_prefix_the_engine_refuses_while_sampling_is_an_answer_not_an_error(engine, fake) -> None:
+    from midword.engine import PrefixError
+    from midword.server.live import SingleDocument
+
+    host, _ = _host(engine, fake)
+    original = SingleDocument.complete
+
+    def refuse(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise PrefixError("prefix is not valid UTF-8 at byte 0")
+
+    SingleDocument.complete = refuse  # type: ignore[method-assign]
+    try:
+        answer = host.submit(_request("a", b"x = 1")).result(10)
+    finally:
+        SingleDocument.complete = original  # type: ignore[method-assign]
+    assert answer.texts == [] and answer.reason.startswith("cannot complete here")
+    host.shutdown()
+
+
 def test_a_stale_request_never_reaches_the_model(engine, fake) -> None:
     host, seen = _host(engine, fake)
     with pytest.raises(Interrupted):
