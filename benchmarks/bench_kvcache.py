@@ -1,0 +1,208 @@
+"""Decode steps on the KV cache that grows in place against transformers' plain one.
+
+transformers' `DynamicLayer` appends by ``torch.cat`` of the whole layer: each decode
+step copies every layer's K and V. engine/kvcache.py's layers write the new rows into a
+buffer with spare capacity. This times decode steps (one new token, ``logits_to_keep=1``,
+inference mode) on top of 256 / 1,000 / 2,000 cached rows, both caches side by side,
+rounds interleaved (the machine is shared and noisy), on two models:
+
+* a random model of Qwen2.5-Coder-0.5B's shape (24 layers, hidden 896, 2 KV heads of
+  64, vocabulary 151,936; ``--layers`` shrinks the depth, ``--skip-qwen`` drops it);
+* the shipped test model, models/default (4 layers, hidden 192, 3 KV heads of 64).
+
+The cached rows are random (their values do not change the work). Each round gives
+every (model, length, cache) a fresh cache filled to the length and `--steps` decode
+steps on it; the table shows the median over rounds of the mean step time. Memory: one
+child process per cache runs one round and reports its resident memory above the
+loaded model: the peak (VmHWM, reset once the model is built) and after the caches are
+dropped.
+
+Run: python benchmarks/bench_kvcache.py [--rounds 3] [--steps 16] [--threads 1]
+                                       [--layers 24] [--device cpu] [--dtype float32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LENGTHS = (256, 1000, 2000)
+CACHES = ("plain", "growing")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of timing")
+    parser.add_argument("--steps", type=int, default=16, help="decode steps per measurement")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--layers", type=int, default=24, help="depth of the Qwen-shaped model")
+    parser.add_argument("--skip-qwen", action="store_true", help="only models/default")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--memory-child", choices=CACHES, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.memory_child:
+        print(json.dumps(memory_of(args, args.memory_child)))
+        return
+    print(
+        f"torch {torch.__version__}, {args.device}, {args.dtype}, {args.threads} thread(s), "
+        f"{args.steps} decode steps per measurement, median of {args.rounds} rounds"
+    )
+    for name, model in models(args):
+        times = time_rounds(model, args)
+        print(f"\n{name}")
+        print(
+            f"{'cached rows':>12}{'plain ms/step':>15}{'growing ms/step':>17}{'saved':>8}{'ratio':>7}"
+        )
+        for length in LENGTHS:
+            plain, growing = (statistics.median(times[length, c]) for c in CACHES)
+            row = f"{plain:>15.2f}{growing:>17.2f}{plain - growing:>8.2f}{growing / plain:>7.2f}"
+            print(f"{length:>12}{row}")
+        del model
+        gc.collect()
+    print("\nresident memory above the loaded models, MiB (one child process per cache)")
+    print(f"{'cache':>8}{'peak':>8}{'after':>8}")
+    for cache in CACHES:
+        figures = memory_in_child(cache)
+        print(f"{cache:>8}{figures['peak']:>8.1f}{figures['after']:>8.1f}")
+
+
+def models(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(description, torch model) of each model benchmarked."""
+    import torch
+    from midword.engine.hf_backend import load_hf_model
+
+    found = []
+    if not args.skip_qwen:
+        from transformers import AutoModelForCausalLM, Qwen2Config
+
+        from midword.testing.shapes import QWEN25_CODER_05B
+
+        shape = {**QWEN25_CODER_05B, "num_hidden_layers": args.layers}
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(
+            Qwen2Config(**shape), dtype=getattr(torch, args.dtype)
+        )
+        name = f"random Qwen2.5-Coder-0.5B shape, {args.layers} layers"
+        found.append((name, model.to(args.device).eval()))
+    default = load_hf_model(ROOT / "models" / "default", device=args.device, dtype=args.dtype)
+    found.append(("models/default (4 layers, hidden 192)", default.model))
+    return found
+
+
+def time_rounds(model: Any, args: argparse.Namespace) -> dict[tuple[int, str], list[float]]:
+    """{(cached rows, cache): mean ms per decode step, one per round}."""
+    times: dict[tuple[int, str], list[float]] = {(n, c): [] for n in LENGTHS for c in CACHES}
+    for round_ in range(args.rounds):
+        order = CACHES if round_ % 2 == 0 else CACHES[::-1]  # neither always goes first
+        for length in LENGTHS:
+            for cache in order:
+                times[length, cache].append(decode_ms(model, cache, length, args.steps))
+    return times
+
+
+def decode_ms(model: Any, cache: str, length: int, steps: int) -> float:
+    """Mean wall time (ms) of `steps` one-token forward passes on a fresh cache holding
+    `length` random rows."""
+    import torch
+
+    kv = filled_cache(model, cache, length)
+    device = model.device
+    spent = 0.0
+    with torch.inference_mode():
+        for step in range(steps):
+            ids = torch.tensor([[7 + step]], device=device)  # [1, 1]
+            positions = torch.tensor([[length + step]], device=device)  # [1, 1]
+            start = time.perf_counter()
+            model(
+                input_ids=ids,
+                position_ids=positions,
+                logits_to_keep=1,
+                use_cache=True,
+                **kv.forward_kwargs(model),
+            )
+            synchronize(device)
+            spent += time.perf_counter() - start
+    assert len(kv) == length + steps
+    return 1000 * spent / steps
+
+
+def filled_cache(model: Any, cache: str, length: int) -> Any:
+    """A `KVCache` (growing or plain) holding `length` random rows in every layer, of the
+    model's K/V shape, dtype and device."""
+    import torch
+    from midword.engine.kvcache import KVCache
+
+    config = model.config
+    kv = KVCache(grow_in_place=cache == "growing")
+    assert kv.grows_in_place == (cache == "growing")
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    param = next(model.parameters())
+    with torch.inference_mode():
+        for layer in range(config.num_hidden_layers):
+            shape = (1, heads, length, head_dim)  # [batch, kv_heads, rows, head_dim]
+            keys = torch.randn(shape, dtype=param.dtype, device=param.device)
+            kv.hf.update(keys, torch.randn_like(keys), layer)
+    return kv
+
+
+def synchronize(device: Any) -> None:
+    """Wait for queued GPU work (timings are of the work, not of its launch)."""
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def memory_in_child(cache: str) -> dict[str, float]:
+    """`memory_of` one cache, run in a fresh process (peaks are per process)."""
+    argv = [sys.executable, __file__, "--memory-child", cache, *sys.argv[1:]]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def memory_of(args: argparse.Namespace, cache: str) -> dict[str, float]:
+    """Resident MiB above the loaded models: the peak over one round of every length on
+    `cache`, and what stays once those caches are dropped."""
+    loaded = models(args)
+    gc.collect()
+    base = _status_kib("VmRSS")
+    _reset_peak()
+    for _, model in loaded:
+        for length in LENGTHS:
+            decode_ms(model, cache, length, args.steps)
+    gc.collect()
+    peak, after = _status_kib("VmHWM"), _status_kib("VmRSS")
+    return {"peak": (peak - base) / 1024, "after": (after - base) / 1024}
+
+
+def _status_kib(field: str) -> int:
+    """A field of /proc/self/status in KiB (Linux), e.g. VmRSS or VmHWM."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(f"{field}:"))
+
+
+def _reset_peak() -> None:
+    """Make VmHWM start again from the current resident size (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+        refs.write("5")
+
+
+if __name__ == "__main__":
+    main()
