@@ -69,7 +69,7 @@ __all__ = [  # (with the architectures' and the reader's names, re-exported for 
     "tokenizer_config", "tokenizer_json", "unpermute_rows",
 ]  # fmt: skip
 
-CONVERTER_VERSION = "1"  # part of the cache key: bump when the written folder changes
+CONVERTER_VERSION = "2"  # part of the cache key: bump when the written folder changes
 STORAGE_DTYPES = ("float32", "float16", "bfloat16")
 Progress = Callable[[str, int], None]  # (message, percent 0-100)
 

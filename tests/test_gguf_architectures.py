@@ -7,6 +7,7 @@ the models they came from. Variants that are not modelled are refused by name.""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -54,6 +55,7 @@ def tiny_starcoder2(seed: int, tie: bool, use_bias: bool = True) -> transformers
     return model
 
 
+@functools.cache
 def gemma_vocab() -> Vocab:
     """A CodeGemma-like SentencePiece vocabulary: <pad> <eos> <bos> <unk> first, FIM
     tokens, no dummy prefix, USER_DEFINED runs of newlines and spaces and an HTML tag."""
@@ -191,8 +193,8 @@ def test_converted_model_gives_the_source_logits(
     tmp_path: Path, arch: str, qtype: str, tie: bool, use_bias: bool
 ) -> None:
     """Logits equal those of the model holding what the file holds (exactly), and the
-    source's: within 1e-5 for float32 files (Gemma's norms lose a bit to the + 1), close
-    for Q8_0."""
+    source's: within 1e-5 for float32 files (Gemma's norms can lose a bit to the + 1),
+    within 2 % (relative L2) for Q8_0."""
     source = build(arch, 1, tie, use_bias)
     file = write_like_llama_cpp(tmp_path / f"{arch}.gguf", source, qtype)
     folder = mg.convert_gguf(file, "float32", cache_dir=tmp_path / "cache")
@@ -206,7 +208,7 @@ def test_converted_model_gives_the_source_logits(
             assert (got - src).abs().max() <= 1e-5, ids
         else:
             assert not torch.equal(got, src)  # the quantization shows
-            assert (got - src).norm() / src.norm() < 0.05, ids
+            assert (got - src).norm() / src.norm() < 0.02, ids
 
 
 def test_starcoder2_config_round_trips(tmp_path: Path) -> None:
@@ -312,12 +314,16 @@ def test_unmodelled_variants_are_refused(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the CLI
-def test_complete_accepts_a_starcoder2_file(tmp_path: Path) -> None:
-    file = write_like_llama_cpp(tmp_path / "sc2.gguf", tiny_starcoder2(6, tie=True), "Q8_0")
+def test_complete_accepts_a_gemma_file(tmp_path: Path) -> None:
+    """`midword complete --model x.gguf` end to end, on the architecture with the most
+    particular conversion (norms, head size, SentencePiece vocabulary without a dummy
+    prefix); a Q8_0 file, as people download them."""
+    arch = "gemma"
+    file = write_like_llama_cpp(tmp_path / f"{arch}.gguf", build(arch, 6), "Q8_0")
     env = {**os.environ, "MIDWORD_CACHE": str(tmp_path / "cache")}
     cmd = [sys.executable, "-m", "midword", "complete", "--model", str(file), "--device", "cpu"]
     cmd += ["--max-tokens", "3", "--json", "def ma"]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout.splitlines()[-1])["completion"] is not None
-    assert "dequantizing sc2.gguf" in run.stderr
+    assert f"dequantizing {arch}.gguf" in run.stderr
