@@ -12,10 +12,12 @@ rounds interleaved (the machine is shared and noisy), on two models:
 
 The cached rows are random (their values do not change the work). Each round gives
 every (model, length, cache) a fresh cache filled to the length and `--steps` decode
-steps on it; the table shows the median over rounds of the mean step time. Memory: one
-child process per cache runs one round and reports its resident memory above the
-loaded model: the peak (VmHWM, reset once the model is built) and after the caches are
-dropped.
+steps on it; the tables show the median over rounds of the mean step time, of the
+decode steps and of the same appends alone (one row into every layer, no model: the part
+the cache changes, less noisy). Memory: child processes, `--memory-tries` per cache, each
+run one round and report their resident memory above the loaded models: the peak (VmHWM,
+reset once the models are built), after the caches are dropped, and after that once the
+heap is trimmed (glibc's malloc_trim).
 
 Run: python benchmarks/bench_kvcache.py [--rounds 3] [--steps 16] [--threads 1]
                                        [--layers 24] [--device cpu] [--dtype float32]
@@ -24,12 +26,14 @@ Run: python benchmarks/bench_kvcache.py [--rounds 3] [--steps 16] [--threads 1]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-qwen", action="store_true", help="only models/default")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--memory-tries", type=int, default=2, help="child processes per cache")
     parser.add_argument("--memory-child", choices=CACHES, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -64,22 +69,27 @@ def main() -> None:
         f"{args.steps} decode steps per measurement, median of {args.rounds} rounds"
     )
     for name, model in models(args):
-        times = time_rounds(model, args)
-        print(f"\n{name}")
-        print(
-            f"{'cached rows':>12}{'plain ms/step':>15}{'growing ms/step':>17}{'saved':>8}{'ratio':>7}"
-        )
-        for length in LENGTHS:
-            plain, growing = (statistics.median(times[length, c]) for c in CACHES)
-            row = f"{plain:>15.2f}{growing:>17.2f}{plain - growing:>8.2f}{growing / plain:>7.2f}"
-            print(f"{length:>12}{row}")
+        print_table(f"{name}: decode steps", time_rounds(model, args, decode_ms))
+        print_table(f"{name}: the appends alone", time_rounds(model, args, append_ms))
         del model
         gc.collect()
-    print("\nresident memory above the loaded models, MiB (one child process per cache)")
-    print(f"{'cache':>8}{'peak':>8}{'after':>8}")
-    for cache in CACHES:
-        figures = memory_in_child(cache)
-        print(f"{cache:>8}{figures['peak']:>8.1f}{figures['after']:>8.1f}")
+    print("\nresident memory above the loaded models, MiB (one child process per cache and try)")
+    print(f"{'cache':>8}{'peak':>8}{'after':>8}{'trimmed':>9}")
+    for cache in CACHES * args.memory_tries:
+        got = memory_in_child(cache)
+        print(f"{cache:>8}{got['peak']:>8.1f}{got['after']:>8.1f}{got['trimmed']:>9.1f}")
+
+
+def print_table(title: str, times: dict[tuple[int, str], list[float]]) -> None:
+    """Median ms per step of each cache at each length, the difference and the ratio."""
+    print(f"\n{title}")
+    print(
+        f"{'cached rows':>12}{'plain ms/step':>15}{'growing ms/step':>17}{'saved':>8}{'ratio':>7}"
+    )
+    for length in LENGTHS:
+        plain, growing = (statistics.median(times[length, c]) for c in CACHES)
+        row = f"{plain:>15.2f}{growing:>17.2f}{plain - growing:>8.2f}{growing / plain:>7.2f}"
+        print(f"{length:>12}{row}")
 
 
 def models(args: argparse.Namespace) -> list[tuple[str, Any]]:
@@ -105,14 +115,16 @@ def models(args: argparse.Namespace) -> list[tuple[str, Any]]:
     return found
 
 
-def time_rounds(model: Any, args: argparse.Namespace) -> dict[tuple[int, str], list[float]]:
-    """{(cached rows, cache): mean ms per decode step, one per round}."""
+def time_rounds(
+    model: Any, args: argparse.Namespace, measure: Callable[[Any, str, int, int], float]
+) -> dict[tuple[int, str], list[float]]:
+    """{(cached rows, cache): `measure`'s ms per step, one per round}."""
     times: dict[tuple[int, str], list[float]] = {(n, c): [] for n in LENGTHS for c in CACHES}
     for round_ in range(args.rounds):
         order = CACHES if round_ % 2 == 0 else CACHES[::-1]  # neither always goes first
         for length in LENGTHS:
             for cache in order:
-                times[length, cache].append(decode_ms(model, cache, length, args.steps))
+                times[length, cache].append(measure(model, cache, length, args.steps))
     return times
 
 
@@ -138,6 +150,25 @@ def decode_ms(model: Any, cache: str, length: int, steps: int) -> float:
             )
             synchronize(device)
             spent += time.perf_counter() - start
+    assert len(kv) == length + steps
+    return 1000 * spent / steps
+
+
+def append_ms(model: Any, cache: str, length: int, steps: int) -> float:
+    """Mean wall time (ms) of appending one random row to every layer, `steps` times, on a
+    fresh cache holding `length` rows: a decode step's cache work without the model."""
+    import torch
+
+    kv = filled_cache(model, cache, length)
+    keys, values = (t[..., :1, :].clone() for t in kv.layer_tensors()[0])  # [1, H, 1, D]
+    layers = model.config.num_hidden_layers
+    with torch.inference_mode():
+        start = time.perf_counter()
+        for _ in range(steps):
+            for layer in range(layers):
+                kv.hf.update(keys, values, layer)
+        synchronize(keys.device)
+        spent = time.perf_counter() - start
     assert len(kv) == length + steps
     return 1000 * spent / steps
 
@@ -189,7 +220,20 @@ def memory_of(args: argparse.Namespace, cache: str) -> dict[str, float]:
             decode_ms(model, cache, length, args.steps)
     gc.collect()
     peak, after = _status_kib("VmHWM"), _status_kib("VmRSS")
-    return {"peak": (peak - base) / 1024, "after": (after - base) / 1024}
+    _trim_heap()
+    trimmed = _status_kib("VmRSS")
+    return {
+        k: (v - base) / 1024 for k, v in [("peak", peak), ("after", after), ("trimmed", trimmed)]
+    }
+
+
+def _trim_heap() -> None:
+    """glibc's malloc_trim(0): give free heap pages back (the server does it every 2 s of
+    work), so "trimmed" is what the caches left in use, "after" what the heap kept free."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: "trimmed" is "after"
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _status_kib(field: str) -> int:
