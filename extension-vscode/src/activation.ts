@@ -6,7 +6,7 @@
 import * as fs from 'node:fs';
 import type * as vscode from 'vscode';
 
-import { ACCEPTED_COMMAND, CompletionEvents, nextLinePart } from './completionEvents';
+import { ACCEPTED_COMMAND, CompletionEvents } from './completionEvents';
 import { ServerController, type ClientFactory, type SettingsSnapshot } from './controller';
 import { checkImports, DEFAULT_CHECK_TIMEOUT_MS } from './importCheck';
 import { resolveInterpreter } from './interpreter';
@@ -168,18 +168,13 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
   /** VS Code inserts the next line of the suggestion; when it is midword's, the server hears of it. */
   const acceptNextLine = async (): Promise<void> => {
     const editor = api.window.activeTextEditor;
-    const cursor = editor?.selection.active;
-    const pending =
-      editor !== undefined && cursor !== undefined
-        ? completionEvents.pendingAt(editor.document.uri.toString(), cursor.line, cursor.character)
+    const active = editor?.selection.active;
+    // named fields: vscode.Position keeps line and character behind getters, which a spread would drop
+    const cursor =
+      editor !== undefined && active !== undefined
+        ? { uri: editor.document.uri.toString(), line: active.line, character: active.character }
         : undefined;
-    const consumedBefore = pending?.consumed;
-    await api.commands.executeCommand(BUILTIN_ACCEPT_NEXT_LINE);
-    // where VS Code calls handleDidPartiallyAcceptCompletionItem it has reported the part already
-    if (pending !== undefined && pending.consumed === consumedBefore) {
-      const part = nextLinePart(pending.text.slice(pending.consumed));
-      completionEvents.partiallyAccepted(pending, pending.consumed + part.length);
-    }
+    await completionEvents.acceptNextLine(cursor, () => api.commands.executeCommand(BUILTIN_ACCEPT_NEXT_LINE));
   };
 
   const controller = new ServerController({

@@ -10,6 +10,10 @@
  * the first item of an answer reaches VS Code (it shows that one). A partial
  * acceptance comes from `handleDidPartiallyAcceptCompletionItem`, and from
  * the extension's own **Accept Next Line** command.
+ *
+ * Each acceptance is reported once, and `acceptedLength` is counted as the
+ * server counts an item's `length`: in Unicode code points of the item's
+ * text (Python's `len`), line breaks as they are in that text.
  */
 
 export const ACCEPTED_COMMAND = 'midword.completionAccepted';
@@ -35,7 +39,7 @@ export interface TrackedItem {
   character: number;
   text: string;
   tags: ItemTags;
-  /** Characters of `text` already inserted by partial acceptances. */
+  /** How much of `text` (UTF-16 code units, an index into it) partial acceptances inserted so far. */
   consumed: number;
 }
 
@@ -60,19 +64,52 @@ export function parseTags(value: unknown): ItemTags | undefined {
 }
 
 /**
- * What "accept the next line" inserts from the rest of a suggestion: up to its
- * first line break; when the rest starts with a line break, that break and the
- * next line.
+ * What VS Code's Accept Next Line inserts from the rest of a suggestion: up to
+ * and including its first `\n` (so a rest that starts with a line break gives
+ * that break alone), or all of it.
  *
  * ```ts
- * nextLinePart('a = 1\nb = 2') === 'a = 1'
- * nextLinePart('\n    b = 2\nc') === '\n    b = 2'
+ * nextLinePart('a = 1\nb = 2') === 'a = 1\n'
+ * nextLinePart('\n    b = 2\nc') === '\n'
+ * nextLinePart('x\r\ny') === 'x\r\n'
  * ```
  */
 export function nextLinePart(rest: string): string {
-  const start = rest.startsWith('\r\n') ? 2 : rest.startsWith('\n') ? 1 : 0;
-  const newline = rest.slice(start).search(/\r?\n/);
-  return newline < 0 ? rest : rest.slice(0, start + newline);
+  const newline = rest.indexOf('\n');
+  return newline < 0 ? rest : rest.slice(0, newline + 1);
+}
+
+/**
+ * Unicode code points in `text`: the server's unit (Python's `len`), where
+ * JavaScript's `length` counts a character outside the BMP twice.
+ *
+ * ```ts
+ * codePointLength('a𝔁') === 2 // 'a𝔁'.length === 3
+ * ```
+ */
+export function codePointLength(text: string): number {
+  let count = 0;
+  for (const _ of text) {
+    count += 1;
+  }
+  return count;
+}
+
+/**
+ * The index in `text` after its first `lfLength` characters, each `\r\n`
+ * counted as one (VS Code reports partial acceptances read back with `\n`
+ * line ends).
+ *
+ * ```ts
+ * indexAfterLfLength('a\r\nb', 2) === 3
+ * ```
+ */
+export function indexAfterLfLength(text: string, lfLength: number): number {
+  let index = 0;
+  for (let counted = 0; counted < lfLength && index < text.length; counted++) {
+    index += text.startsWith('\r\n', index) ? 2 : 1;
+  }
+  return index;
 }
 
 /** Where the cursor is after `text` is inserted at (line, character). */
@@ -84,10 +121,38 @@ export function positionAfter(line: number, character: number, text: string): { 
   return { line: line + lines.length - 1, character: (lines[lines.length - 1] ?? '').length };
 }
 
+/** The latest `REMEMBERED_IDS` item ids an event was sent for. */
+class RecentIds {
+  private readonly ids = new Set<string>();
+
+  /** Remembers `id`; false when it was remembered already. */
+  add(id: string): boolean {
+    if (this.ids.has(id)) {
+      return false;
+    }
+    this.ids.add(id);
+    if (this.ids.size > REMEMBERED_IDS) {
+      const oldest = this.ids.values().next().value;
+      if (oldest !== undefined) {
+        this.ids.delete(oldest);
+      }
+    }
+    return true;
+  }
+}
+
+/** Where the cursor is: a document and a position in it. */
+export interface CursorAt {
+  uri: string;
+  line: number;
+  character: number;
+}
+
 export class CompletionEvents {
   private readonly tracked = new WeakMap<object, TrackedItem>();
   private current: TrackedItem | undefined;
-  private readonly sentShown = new Set<string>();
+  private readonly sentShown = new RecentIds();
+  private readonly sentAccepted = new RecentIds();
 
   constructor(private readonly send: Send) {}
 
@@ -122,7 +187,11 @@ export class CompletionEvents {
     }
   }
 
-  /** The item's command ran: VS Code inserted all of it. */
+  /**
+   * The item's command ran: VS Code inserted all of it. Reported once per item:
+   * an Accept Next Line that takes the whole rest is seen both here and by
+   * `acceptNextLine`, in either order.
+   */
   accepted(value: unknown): void {
     const tags = parseTags(value);
     if (tags === undefined) {
@@ -131,25 +200,53 @@ export class CompletionEvents {
     if (this.current?.tags.id === tags.id) {
       this.current = undefined;
     }
-    this.send(NOTIFICATIONS.accepted, { ...tags });
-  }
-
-  /** VS Code's handleDidPartiallyAcceptCompletionItem (a word, a line): `acceptedLength` in all so far. */
-  partiallyAcceptedItem(item: unknown, acceptedLength: number): void {
-    const tracked = typeof item === 'object' && item !== null ? this.tracked.get(item) : undefined;
-    if (tracked !== undefined && acceptedLength > tracked.consumed) {
-      this.partiallyAccepted(tracked, acceptedLength);
+    if (this.sentAccepted.add(tags.id)) {
+      this.send(NOTIFICATIONS.accepted, { ...tags });
     }
   }
 
-  /** The first `acceptedLength` characters of `item` are inserted by now; all of them is an acceptance. */
-  partiallyAccepted(item: TrackedItem, acceptedLength: number): void {
-    item.consumed = Math.min(item.text.length, Math.max(item.consumed, acceptedLength));
+  /**
+   * VS Code's handleDidPartiallyAcceptCompletionItem (a word, a line): `acceptedLength`
+   * in all so far, in UTF-16 code units with line breaks read as `\n`.
+   */
+  partiallyAcceptedItem(item: unknown, acceptedLength: number): void {
+    const tracked = typeof item === 'object' && item !== null ? this.tracked.get(item) : undefined;
+    if (tracked === undefined) {
+      return;
+    }
+    const acceptedIndex = indexAfterLfLength(tracked.text, acceptedLength);
+    if (acceptedIndex > tracked.consumed) {
+      this.partiallyAccepted(tracked, acceptedIndex);
+    }
+  }
+
+  /** `item.text` up to `acceptedIndex` is inserted by now; all of it is an acceptance. */
+  partiallyAccepted(item: TrackedItem, acceptedIndex: number): void {
+    item.consumed = Math.min(item.text.length, Math.max(item.consumed, acceptedIndex));
     if (item.consumed >= item.text.length) {
       this.accepted(item.tags);
       return;
     }
-    this.send(NOTIFICATIONS.partial, { ...item.tags, acceptedLength: item.consumed });
+    const acceptedLength = codePointLength(item.text.slice(0, item.consumed));
+    this.send(NOTIFICATIONS.partial, { ...item.tags, acceptedLength });
+  }
+
+  /**
+   * midword's Accept Next Line: `runBuiltin` runs VS Code's, and the line it
+   * inserted of the midword item at `cursor` is reported, where VS Code did not
+   * report it itself (handleDidPartiallyAcceptCompletionItem, which it calls
+   * before its command returns). When the line is all that was left, VS Code
+   * accepts the whole item and runs the item's command, maybe only after
+   * `runBuiltin` returns; `accepted` sends that acceptance once.
+   */
+  async acceptNextLine(cursor: CursorAt | undefined, runBuiltin: () => PromiseLike<unknown>): Promise<void> {
+    const pending = cursor === undefined ? undefined : this.pendingAt(cursor.uri, cursor.line, cursor.character);
+    const consumedBefore = pending?.consumed;
+    await runBuiltin();
+    if (pending !== undefined && pending.consumed === consumedBefore) {
+      const line = nextLinePart(pending.text.slice(pending.consumed));
+      this.partiallyAccepted(pending, pending.consumed + line.length);
+    }
   }
 
   /** The item on screen at this cursor (its rest starts there), if it is midword's. */
@@ -163,16 +260,8 @@ export class CompletionEvents {
   }
 
   private sendShown(tags: ItemTags): void {
-    if (this.sentShown.has(tags.id)) {
-      return;
+    if (this.sentShown.add(tags.id)) {
+      this.send(NOTIFICATIONS.shown, { ...tags });
     }
-    this.sentShown.add(tags.id);
-    if (this.sentShown.size > REMEMBERED_IDS) {
-      const oldest = this.sentShown.values().next().value;
-      if (oldest !== undefined) {
-        this.sentShown.delete(oldest);
-      }
-    }
-    this.send(NOTIFICATIONS.shown, { ...tags });
   }
 }

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import * as path from 'node:path';
 import { before, describe, it } from 'node:test';
 
-import { activateWith, COMMANDS, type ActivatedExtension } from '../activation';
+import { activateWith, BUILTIN_ACCEPT_NEXT_LINE, COMMANDS, type ActivatedExtension } from '../activation';
 import type { ClientFactory } from '../controller';
 import { CHECK_MARKER } from '../importCheck';
 import { settingDefaults } from '../manifest';
@@ -263,7 +263,11 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
 
 describe('Accept Next Line and the acceptance events', { skip: !posix && 'fake interpreters are shell scripts' }, () => {
   const uri = 'file:///ws/total.py';
-  const tagged = (id: string, insertText: string): unknown => ({
+  interface TaggedItem {
+    insertText: string;
+    command: { command: string; arguments: unknown[] };
+  }
+  const tagged = (id: string, insertText: string): TaggedItem => ({
     insertText,
     command: { command: 'midword.completionAccepted', arguments: [{ id, method: 'bytesampler', context: 'boundary' }] },
   });
@@ -287,26 +291,104 @@ describe('Accept Next Line and the acceptance events', { skip: !posix && 'fake i
     assert.match(binding.when, /!editorReadonly/);
   });
 
-  it("runs VS Code's accept-next-line and reports each line of midword's item, then the whole item", async () => {
+  /**
+   * VS Code's own Accept Next Line (inlineCompletionsModel.acceptNextLine) on `item`, shown at (2, 8):
+   * it inserts the rest of the item up to and including its first "\n" and moves the cursor after it;
+   * when that is all of the rest it accepts the whole item instead, which runs the item's command
+   * (VS Code does not wait for that command: `commandRuns` says whether it runs before or after the
+   * builtin command returns). Where VS Code offers handleDidPartiallyAcceptCompletionItem
+   * (`reportsPartial`) it calls it with the length inserted so far, line breaks counted as "\n",
+   * twice: with the number, then with a PartialAcceptInfo.
+   */
+  function modelVscodeAcceptNextLine(
+    s: Setup,
+    item: TaggedItem,
+    how: { reportsPartial: boolean; commandRuns: 'during' | 'after' },
+  ): void {
+    let inserted = '';
+    s.vscode.setActiveEditor(uri, 2, 8);
+    s.vscode.onExecute = (command) => {
+      if (command !== BUILTIN_ACCEPT_NEXT_LINE) {
+        return undefined;
+      }
+      const rest = item.insertText.slice(inserted.length);
+      const newline = rest.indexOf('\n');
+      const until = newline < 0 ? rest.length : newline + 1;
+      if (until === rest.length) {
+        const runCommand = (): Promise<unknown> => s.vscode.run(item.command.command, ...item.command.arguments);
+        if (how.commandRuns === 'during') {
+          return runCommand();
+        }
+        setImmediate(() => void runCommand());
+        return undefined;
+      }
+      inserted += rest.slice(0, until);
+      const lines = inserted.split('\n');
+      const last = lines[lines.length - 1] ?? '';
+      s.vscode.setActiveEditor(uri, 2 + lines.length - 1, lines.length === 1 ? 8 + last.length : last.length);
+      if (how.reportsPartial) {
+        const lfLength = inserted.replace(/\r\n/g, '\n').length;
+        s.ext.completionEvents.partiallyAcceptedItem(item, lfLength);
+        s.ext.completionEvents.partiallyAcceptedItem(item, lfLength);
+      }
+      return undefined;
+    };
+  }
+
+  const vscodeVariants = [
+    { reportsPartial: false, commandRuns: 'after' },
+    { reportsPartial: false, commandRuns: 'during' },
+    { reportsPartial: true, commandRuns: 'after' },
+    { reportsPartial: true, commandRuns: 'during' },
+  ] as const;
+
+  /** Offers `text` at (2, 8), presses midword's Accept Next Line `presses` times; the events sent after "shown". */
+  async function acceptLines(
+    text: string,
+    presses: number,
+    how: (typeof vscodeVariants)[number],
+  ): Promise<[string, Record<string, unknown>][]> {
     const s = await started();
     const client = s.lastClient();
-    s.ext.completionEvents.offered(uri, 2, 8, [tagged('i1', 'total += v\n        return total'), tagged('i2', 'pass')]);
-    assert.deepEqual(client.notifications, [['midword/completionShown', { id: 'i1', method: 'bytesampler', context: 'boundary' }]]);
-
-    s.vscode.setActiveEditor(uri, 2, 8);
-    await s.vscode.run(COMMANDS.acceptNextLine);
-    assert.deepEqual(s.vscode.executed, [['editor.action.inlineSuggest.acceptNextLine']]);
-    assert.deepEqual(client.notifications[1], [
-      'midword/completionPartiallyAccepted',
-      { id: 'i1', method: 'bytesampler', context: 'boundary', acceptedLength: 'total += v'.length },
-    ]);
-
-    s.vscode.setActiveEditor(uri, 2, 8 + 'total += v'.length); // where VS Code left the cursor
-    await s.vscode.run(COMMANDS.acceptNextLine);
-    assert.deepEqual(client.notifications[2], ['midword/completionAccepted', { id: 'i1', method: 'bytesampler', context: 'boundary' }]);
-    assert.equal(client.notifications.length, 3);
+    const item = tagged('i1', text);
+    s.ext.completionEvents.offered(uri, 2, 8, [item, tagged('i2', 'pass')]);
+    modelVscodeAcceptNextLine(s, item, how);
+    for (let press = 0; press < presses; press++) {
+      await s.vscode.run(COMMANDS.acceptNextLine);
+      await flush();
+    }
+    assert.ok(s.vscode.executed.every(([command]) => command === BUILTIN_ACCEPT_NEXT_LINE));
+    assert.deepEqual(client.notifications[0], ['midword/completionShown', tags('i1')]);
     await s.ext.dispose();
-  });
+    return client.notifications.slice(1);
+  }
+
+  const tags = (id: string): Record<string, string> => ({ id, method: 'bytesampler', context: 'boundary' });
+  const partial = (acceptedLength: number): [string, Record<string, unknown>] => [
+    'midword/completionPartiallyAccepted',
+    { ...tags('i1'), acceptedLength },
+  ];
+  const accepted: [string, Record<string, unknown>] = ['midword/completionAccepted', tags('i1')];
+
+  for (const how of vscodeVariants) {
+    const variant = `(partial handler: ${how.reportsPartial}, item command ${how.commandRuns} the builtin)`;
+
+    it(`reports each line with its line break, then the whole item once ${variant}`, async () => {
+      const first = 'total += v\n';
+      const second = '        count += 1\n';
+      const sent = await acceptLines(`${first}${second}    return total`, 3, how);
+      assert.deepEqual(sent, [partial(first.length), partial(first.length + second.length), accepted]);
+    });
+
+    it(`a rest without a line break, or ending with one, is one acceptance ${variant}`, async () => {
+      assert.deepEqual(await acceptLines('x = 1', 1, how), [accepted]);
+      assert.deepEqual(await acceptLines('x = 1\n', 1, how), [accepted]);
+    });
+
+    it(`a rest that starts with a line break: the break alone, then the rest ${variant}`, async () => {
+      assert.deepEqual(await acceptLines('\n    return total', 2, how), [partial(1), accepted]);
+    });
+  }
 
   it('reports a line once when VS Code reports it too (handleDidPartiallyAcceptCompletionItem, seen in code-server)', async () => {
     const s = await started();
@@ -314,13 +396,9 @@ describe('Accept Next Line and the acceptance events', { skip: !posix && 'fake i
     const item = tagged('i1', 'a = 1\nb = 2');
     s.ext.completionEvents.offered(uri, 2, 8, [item]);
     s.vscode.setActiveEditor(uri, 2, 8);
-    const executed = s.vscode.executed;
-    executed.push = (...args: unknown[][]): number => {
-      s.ext.completionEvents.partiallyAcceptedItem(item, 'a = 1\n'.length); // VS Code, while its command runs
-      return Array.prototype.push.apply(executed, args);
-    };
+    s.vscode.onExecute = () => s.ext.completionEvents.partiallyAcceptedItem(item, 'a = 1\n'.length); // VS Code, while its command runs
     await s.vscode.run(COMMANDS.acceptNextLine);
-    assert.deepEqual([...s.vscode.executed], [['editor.action.inlineSuggest.acceptNextLine']]);
+    assert.deepEqual(s.vscode.executed, [['editor.action.inlineSuggest.acceptNextLine']]);
     assert.deepEqual(client.notifications.slice(1), [
       ['midword/completionPartiallyAccepted', { id: 'i1', method: 'bytesampler', context: 'boundary', acceptedLength: 6 }],
     ]);

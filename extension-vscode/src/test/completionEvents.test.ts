@@ -1,47 +1,88 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { CompletionEvents, nextLinePart, NOTIFICATIONS, positionAfter, tagsOf } from '../completionEvents';
+import {
+  codePointLength,
+  CompletionEvents,
+  indexAfterLfLength,
+  nextLinePart,
+  NOTIFICATIONS,
+  positionAfter,
+  tagsOf,
+} from '../completionEvents';
 
-const item = (id: string, insertText: string): { insertText: string; command: unknown } => ({
+const item = (id: string, insertText: string): { insertText: string; command: { title: string; command: string; arguments: unknown[] } } => ({
   insertText,
   command: { title: 't', command: 'midword.completionAccepted', arguments: [{ id, method: 'bytesampler', context: 'inside_word' }] },
 });
 
-/** Brute force: the text up to (not including) the first line break that follows some non-break text. */
+/** Brute force, character by character: VS Code's Accept Next Line takes up to and including the first "\n". */
 function nextLineOracle(rest: string): string {
   let out = '';
   for (const ch of rest) {
-    if (ch === '\n' && out.replace(/\r?\n/g, '') !== '') {
-      break;
-    }
-    if (ch === '\n' && out.includes('\n')) {
-      break;
-    }
     out += ch;
+    if (ch === '\n') {
+      break;
+    }
   }
-  return out.endsWith('\r') && rest.length > out.length ? out.slice(0, -1) : out;
+  return out;
+}
+
+/**
+ * Every text of up to four pieces that mix line breaks (LF and CRLF), spaces, words and a character
+ * outside the BMP (4,681 texts, the empty one included).
+ */
+function allTexts(): string[] {
+  const pieces = ['a', ' ', '\n', 'bc', '\n\n', '  x', '\r\n', '𝔁'];
+  let texts = [''];
+  const all = [''];
+  for (let length = 1; length <= 4; length++) {
+    texts = texts.flatMap((text) => pieces.map((piece) => text + piece));
+    all.push(...texts);
+  }
+  return all;
 }
 
 describe('nextLinePart', () => {
-  it('takes the rest of the current line, or the line break and the next line', () => {
-    assert.equal(nextLinePart('a = 1\nb = 2'), 'a = 1');
-    assert.equal(nextLinePart('\n    b = 2\nc'), '\n    b = 2');
-    assert.equal(nextLinePart('x\r\ny'), 'x');
+  it('takes the rest of the current line with its line break, or the line break alone', () => {
+    assert.equal(nextLinePart('a = 1\nb = 2'), 'a = 1\n');
+    assert.equal(nextLinePart('\n    b = 2\nc'), '\n');
+    assert.equal(nextLinePart('x\r\ny'), 'x\r\n');
+    assert.equal(nextLinePart('last\n'), 'last\n');
     assert.equal(nextLinePart('single'), 'single');
     assert.equal(nextLinePart(''), '');
   });
 
-  it('agrees with a character-by-character oracle on generated texts', () => {
-    const pieces = ['a', ' ', '\n', 'bc', '\n\n', '  x'];
-    let seed = 7;
-    for (let n = 0; n < 500; n++) {
-      let text = '';
-      for (let k = 0; k < 6; k++) {
-        seed = (seed * 1103515245 + 12345) % 2147483648;
-        text += pieces[seed % pieces.length] ?? '';
-      }
+  it('agrees with a character-by-character oracle on every short text', () => {
+    for (const text of allTexts()) {
       assert.equal(nextLinePart(text), nextLineOracle(text), JSON.stringify(text));
+    }
+  });
+});
+
+describe('lengths', () => {
+  it('codePointLength counts characters as Python does, not UTF-16 code units', () => {
+    assert.equal(codePointLength('a𝔁'), 2);
+    assert.equal(codePointLength(''), 0);
+    for (const text of allTexts()) {
+      // oracle: code points are code units less one per surrogate pair
+      const pairs = text.match(/[\uD800-\uDBFF][\uDC00-\uDFFF]/g)?.length ?? 0;
+      assert.equal(codePointLength(text), text.length - pairs, JSON.stringify(text));
+    }
+  });
+
+  it('indexAfterLfLength inverts reading a prefix back with LF line ends', () => {
+    assert.equal(indexAfterLfLength('a\r\nb', 2), 3);
+    assert.equal(indexAfterLfLength('a\nb', 2), 2);
+    assert.equal(indexAfterLfLength('ab', 9), 2, 'never past the end');
+    for (const text of allTexts()) {
+      for (let index = 0; index <= text.length; index++) {
+        if (text[index - 1] === '\r' && text[index] === '\n') {
+          continue; // VS Code never splits a line break
+        }
+        const lfLength = text.slice(0, index).replace(/\r\n/g, '\n').length;
+        assert.equal(indexAfterLfLength(text, lfLength), index, `${JSON.stringify(text)} at ${index}`);
+      }
     }
   });
 });
@@ -102,6 +143,58 @@ describe('CompletionEvents', () => {
       ],
     );
     assert.equal(events.pendingAt('u', 1, 8), undefined, 'an accepted item is no longer pending');
+  });
+
+  it('partial lengths go to the server in code points of the item text, as its length', () => {
+    const { sent, events } = recorder();
+    const text = 'π𝔁 = 1\nnext';
+    const shown = item('a', text);
+    events.offered('u', 1, 0, [shown]);
+    events.partiallyAcceptedItem(shown, 'π𝔁 = 1\n'.length); // VS Code counts UTF-16 code units
+    const codePoints = Array.from('π𝔁 = 1\n').length; // 7, where its UTF-16 length is 8
+    assert.deepEqual(sent.at(-1), [
+      NOTIFICATIONS.partial,
+      { id: 'a', method: 'bytesampler', context: 'inside_word', acceptedLength: codePoints },
+    ]);
+    assert.equal(events.pendingAt('u', 2, 0)?.consumed, 'π𝔁 = 1\n'.length);
+  });
+
+  it('a CRLF item: VS Code counts its line breaks as one character, the server as two', () => {
+    const { sent, events } = recorder();
+    const shown = item('a', 'a = 1\r\nb = 2\r\nc');
+    events.offered('u', 4, 2, [shown]);
+    events.partiallyAcceptedItem(shown, 'a = 1\n'.length);
+    assert.equal(events.pendingAt('u', 5, 0)?.consumed, 'a = 1\r\n'.length, 'the rest starts on the next line');
+    events.partiallyAcceptedItem(shown, 'a = 1\nb = 2\n'.length);
+    assert.deepEqual(
+      sent.slice(1).map(([method, params]) => [method, params.acceptedLength]),
+      [
+        [NOTIFICATIONS.partial, 'a = 1\r\n'.length],
+        [NOTIFICATIONS.partial, 'a = 1\r\nb = 2\r\n'.length],
+      ],
+    );
+  });
+
+  it('an item accepted twice (its command, and a partial acceptance of all of it) is reported once', () => {
+    const { sent, events } = recorder();
+    const shown = item('a', 'x = 1');
+    events.offered('u', 0, 0, [shown]);
+    events.accepted(shown.command.arguments[0]);
+    events.partiallyAcceptedItem(shown, 'x = 1'.length);
+    events.accepted(shown.command.arguments[0]);
+    assert.deepEqual(
+      sent.map(([method]) => method),
+      [NOTIFICATIONS.shown, NOTIFICATIONS.accepted],
+    );
+  });
+
+  it('Accept Next Line without a cursor or item runs VS Code and reports nothing', async () => {
+    const { sent, events } = recorder();
+    let ran = 0;
+    await events.acceptNextLine(undefined, () => Promise.resolve(ran++));
+    await events.acceptNextLine({ uri: 'u', line: 0, character: 0 }, () => Promise.resolve(ran++));
+    assert.equal(ran, 2);
+    assert.deepEqual(sent, []);
   });
 
   it('ignores untagged items and events about unknown items', () => {

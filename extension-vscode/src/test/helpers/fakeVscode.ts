@@ -43,6 +43,8 @@ export class FakeVscode {
   readonly updates: { id: string; value: unknown; target: unknown }[] = [];
   readonly commands = new Map<string, (...args: unknown[]) => unknown>();
   readonly executed: unknown[][] = [];
+  /** What VS Code does when `commands.executeCommand` runs (recorded in `executed` either way). */
+  onExecute: ((...args: unknown[]) => unknown) | undefined;
   readonly errors: { message: string; items: string[] }[] = [];
   readonly logLines: string[] = [];
   readonly statusItems: FakeStatusItem[] = [];
@@ -173,7 +175,7 @@ export class FakeVscode {
         },
         executeCommand: (...args: unknown[]) => {
           fake.executed.push(args);
-          return Promise.resolve();
+          return Promise.resolve(fake.onExecute?.(...args));
         },
       },
       extensions: {
