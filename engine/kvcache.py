@@ -152,8 +152,10 @@ class KVCache:
         Rows ``0..m-1`` kept in place at the front are never copied: a pure prefix
         is a crop (a view), and otherwise only the rows after the prefix are
         gathered and written back behind it, so garbage collection costs the size
-        of the tree, not of the context. A tensor that cannot be written in place
-        (it needs grad, or it is an inference tensor outside inference mode) gets
+        of the tree, not of the context. With no such prefix, a growing cache still
+        writes the gathered rows back into its buffers (which keep their capacity); a
+        plain one takes the index_select as it is. A tensor that cannot be written in
+        place (it needs grad, or it is an inference tensor outside inference mode) gets
         an index_select instead, one layer at a time.
 
         Example:
@@ -176,7 +178,7 @@ class KVCache:
         for i, (keys, values) in enumerate(layers):
             if head == len(idx):
                 new_k, new_v = keys[..., :head, :], values[..., :head, :]
-            elif head and _writable(keys) and _writable(values):
+            elif (head or self._grows) and _writable(keys) and _writable(values):
                 moved = _index(index, idx, head, keys.device)
                 new_k, new_v = _compact(keys, moved, head), _compact(values, moved, head)
             else:
@@ -439,7 +441,7 @@ def _install_growing_layers(cache: Any) -> bool:
     growing = _growing_layer_class()
     if growing is None or getattr(cache, "layers", None) != []:
         return False
-    if growing.__mro__[2] is not getattr(cache, "layer_class_to_replicate", None):
+    if growing.__bases__[-1] is not getattr(cache, "layer_class_to_replicate", None):
         return False
     cache.layer_class_to_replicate = growing
     return True

@@ -221,8 +221,11 @@ def test_appends_within_capacity_write_into_the_same_buffer(llama: Any) -> None:
             assert [(k.data_ptr(), v.data_ptr()) for k, v in kv.layer_tensors()] == where
         kv.select_rows([0, 1, 2, 9, 4])  # a compaction stays in the buffer too
         llama(input_ids=torch.tensor([[8]]), **kv.forward_kwargs(llama), use_cache=True)
+        assert [(k.data_ptr(), v.data_ptr()) for k, v in kv.layer_tensors()] == where
+        kv.select_rows([5, 0, 3, 1])  # and a full gather (no kept prefix)
+        llama(input_ids=torch.tensor([[9]]), **kv.forward_kwargs(llama), use_cache=True)
     assert [(k.data_ptr(), v.data_ptr()) for k, v in kv.layer_tensors()] == where
-    assert len(kv) == 6 and kv.capacity() == ROW_BLOCK
+    assert len(kv) == 5 and kv.capacity() == ROW_BLOCK
 
 
 def random_rows_tensor(gen: Any, count: int, dtype: Any = None) -> Any:
