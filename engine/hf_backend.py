@@ -552,7 +552,7 @@ class HFSession(TreeScoringSession):
     ) -> None:
         super().__init__(model.vocab_size, bos_id, model.input_vocab_size, trunk_logits_window)
         self.model = model
-        self._kv = KVCache()
+        self._kv = KVCache(max_rows=model.context_length)
         self._checked_layers = -1  # layer count at the last full check_layers()
 
     def cache_len(self) -> int:
@@ -560,7 +560,7 @@ class HFSession(TreeScoringSession):
         return len(self._kv)
 
     def _clear(self) -> None:
-        self._kv = KVCache()
+        self._kv = KVCache(max_rows=self.model.context_length)
         self._checked_layers = -1
 
     def _apply(self, step: ForwardStep) -> np.ndarray:

@@ -89,11 +89,14 @@ class KVCache:
         (True, False)
     """
 
-    def __init__(self, grow_in_place: bool = True) -> None:
+    def __init__(self, grow_in_place: bool = True, max_rows: int | None = None) -> None:
+        """``max_rows``: the positions the model takes; no buffer is made larger unless
+        more rows must be held (spare rows beyond what the model can attend to are waste:
+        the shipped test model takes 512, and x1.5 growth would make 768)."""
         from transformers import DynamicCache
 
         self._cache = DynamicCache()
-        self._grows = grow_in_place and _install_growing_layers(self._cache)
+        self._grows = grow_in_place and _install_growing_layers(self._cache, max_rows)
 
     @property
     def grows_in_place(self) -> bool:
@@ -277,6 +280,7 @@ class _GrowInPlace:
     keys: Any
     values: Any
     is_initialized: bool
+    max_rows: int | None = None  # the positions the model takes (see KVCache)
     _key_buffer: torch.Tensor | None = None  # [batch, kv_heads, capacity, head_dim]
     _value_buffer: torch.Tensor | None = None
 
@@ -296,10 +300,10 @@ class _GrowInPlace:
             and _has_room(self._value_buffer, self.values, value_states, held, total)
         ):
             self._key_buffer = _moved_to_new_buffer(
-                self._key_buffer, self.keys, key_states, held, total
+                self._key_buffer, self.keys, key_states, held, total, self.max_rows
             )
             self._value_buffer = _moved_to_new_buffer(
-                self._value_buffer, self.values, value_states, held, total
+                self._value_buffer, self.values, value_states, held, total, self.max_rows
             )
         self.keys = _write_rows(self._key_buffer, key_states, held)
         self.values = _write_rows(self._value_buffer, value_states, held)
@@ -360,17 +364,25 @@ def _has_room(
     return _writable(buffer)
 
 
-def _grown_capacity(total: int, current: int) -> int:
+def _grown_capacity(total: int, current: int, max_rows: int | None = None) -> int:
     """Rows of a new buffer for `total` rows, replacing one of `current` rows (0: none):
     x`GROWTH` when a full buffer grows, just enough for the first one or when the old one
-    is far too large, else the same size; rounded up to a multiple of `ROW_BLOCK`.
+    is far too large, else the same size; rounded up to a multiple of `ROW_BLOCK`; never
+    above ``max_rows`` unless `total` is.
 
     Example:
         >>> _grown_capacity(1500, 0), _grown_capacity(1537, 1536), _grown_capacity(10, 4096)
         (1536, 2304, 256)
         >>> _grown_capacity(300, 512)   # rows moved out of a buffer that still fits them
         512
+        >>> _grown_capacity(520, 512, max_rows=600), _grown_capacity(700, 512, max_rows=600)
+        (600, 700)
     """
+    rounded = _rounded_capacity(total, current)
+    return rounded if max_rows is None else max(total, min(rounded, max_rows))
+
+
+def _rounded_capacity(total: int, current: int) -> int:
     if total > current > 0:
         target = max(total, int(current * GROWTH))
     elif current == 0 or total * SHRINK_FACTOR < current:
@@ -381,12 +393,17 @@ def _grown_capacity(total: int, current: int) -> int:
 
 
 def _moved_to_new_buffer(
-    old: torch.Tensor | None, held_rows: Any, new: torch.Tensor, held: int, total: int
+    old: torch.Tensor | None,
+    held_rows: Any,
+    new: torch.Tensor,
+    held: int,
+    total: int,
+    max_rows: int | None = None,
 ) -> torch.Tensor:
     """A buffer (`new`'s dtype and device) for `total` rows, replacing `old` (if any),
     with the `held` rows copied in."""
     current = 0 if old is None else int(old.shape[-2])
-    shape = (*new.shape[:-2], _grown_capacity(total, current), new.shape[-1])
+    shape = (*new.shape[:-2], _grown_capacity(total, current, max_rows), new.shape[-1])
     buffer = new.new_empty(shape)  # [batch, kv_heads, capacity, head_dim]
     if held:
         buffer[..., :held, :].copy_(held_rows)
@@ -435,13 +452,23 @@ def _behaves_like(growing: type, plain: type) -> bool:
     return set(vars(a)) <= set(vars(b)) and torch.equal(a.keys, b.keys)
 
 
-def _install_growing_layers(cache: Any) -> bool:
-    """Make an empty, lazily filled DynamicCache build growing layers; False (the cache
-    left as it is) where it is not the layout this was written for."""
+def _install_growing_layers(cache: Any, max_rows: int | None = None) -> bool:
+    """Make an empty, lazily filled DynamicCache build growing layers (buffers of at most
+    ``max_rows`` rows when they can); False (the cache left as it is) where it is not the
+    layout this was written for."""
     growing = _growing_layer_class()
     if growing is None or getattr(cache, "layers", None) != []:
         return False
     if growing.__bases__[-1] is not getattr(cache, "layer_class_to_replicate", None):
         return False
-    cache.layer_class_to_replicate = growing
+    cache.layer_class_to_replicate = _capped(growing, max_rows)
     return True
+
+
+@functools.lru_cache(maxsize=16)
+def _capped(growing: type, max_rows: int | None) -> type:
+    """``growing`` whose buffers stop at ``max_rows`` rows (one class per cap: the cache
+    makes its layers from a class, with no arguments)."""
+    if max_rows is None:
+        return growing
+    return type(growing.__name__, (growing,), {"__module__": __name__, "max_rows": max_rows})

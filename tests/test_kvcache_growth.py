@@ -250,6 +250,21 @@ def test_growth_is_geometric_in_few_sizes_and_equals_concatenation() -> None:
     assert all(b >= GROWTH * a for a, b in zip(capacities, capacities[1:], strict=False))
 
 
+def test_buffers_stop_at_the_positions_the_model_takes() -> None:
+    """``max_rows``: no spare rows past the model's positions (x1.5 growth would make 768
+    rows for a 512-position model), unless more rows must be held."""
+    capped, plain = KVCache(max_rows=600), KVCache(grow_in_place=False)
+    gen = torch.Generator().manual_seed(1)
+    capacities = []
+    for _ in range(700):
+        k, v = random_rows_tensor(gen, 1), random_rows_tensor(gen, 1)
+        out = capped.hf.update(k, v, 0)
+        assert all(torch.equal(a, b) for a, b in zip(out, plain.hf.update(k, v, 0), strict=True))
+        capacities.append(capped.capacity())
+    assert max(capacities[:600]) == 600  # 256, 512, then 600 (not 768)
+    assert capacities[-1] == 700  # past the positions: exactly what must be held
+
+
 def test_a_large_buffer_cropped_short_is_replaced_by_a_small_one() -> None:
     kv, gen = KVCache(), torch.Generator().manual_seed(1)
     keys = random_rows_tensor(gen, 5000)
