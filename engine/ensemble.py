@@ -246,6 +246,11 @@ class Ensemble:
         ]
         # members weighted zero are never reset, pushed or scored: they cost nothing
         self._active = [m for w, m in zip(self.weights, self.members, strict=True) if w != 0]
+        # the shortest context among the scored members: every prompt must fit it (None:
+        # no member declares one)
+        lengths = [getattr(model, "context_length", None) for model, _ in members]
+        known = [n for n, w in zip(lengths, self.weights, strict=True) if n and w != 0]
+        self.context_length: int | None = min(known) if known else None
 
     @classmethod
     def from_dirs(
@@ -277,6 +282,11 @@ class Ensemble:
         return cls(list(zip(models, engines, strict=True)), weights, combine, events)
 
     # ------------------------------------------------------------------ prefix
+    def positions_used(self) -> int:
+        """The most positions any scored member's prompt takes now (start token and its
+        tree's settled tokens): what must fit the shortest member context."""
+        return max(1 + len(m.sampler.vct.tree().trunk) for m in self._active)
+
     @property
     def prefix(self) -> bytes:
         return self._active[0].sampler.prefix

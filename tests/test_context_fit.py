@@ -192,3 +192,35 @@ def test_a_fim_prompt_gives_the_suffix_a_third_and_fits() -> None:
     cut = prefix[len(doc.fit.dropped) :]
     fresh = FimCompleter(model, engine, TEMPLATES["qwen-spm"])
     assert result.text == fresh.complete(cut, kept, greedy()).text
+
+
+def test_an_ensemble_fits_its_shortest_member(gpt2_backend) -> None:
+    """Two members, 64 and 2,048 positions: the prompt is cut for the 64-position one, and
+    the byte budget capped at the positions left; the answer is a fresh ensemble's on the
+    cut prompt with that budget."""
+    from dataclasses import replace
+
+    from midword.engine.ensemble import Ensemble
+    from midword.engine.hf_backend import HFModel
+    from midword.server.live import EnsembleModels
+
+    from midword.testing.tiny_models import build_tiny_llama
+
+    engine = gpt2_backend.engine
+    llama = HFModel(build_tiny_llama(engine.tok.size, seed=3))
+    members = [(gpt2_backend.model, engine), (llama, engine)]
+    doc = EnsembleModels(members, [0.5, 0.5], "mix").document()
+    assert doc.fit.max_context == POSITIONS
+    prefix = lines(60) + b"value = sel"
+    doc.prepare(prefix, "bytesampler")
+    result = doc.complete(prefix, greedy(), should_stop=None, cut=None, deadline=1e18)
+    sessions = [m.sampler.session for m in doc.ensemble.members]
+    assert sessions[0].cache_len() <= POSITIONS
+    cut = prefix[len(doc.fit.dropped) :]
+    assert doc.fit.dropped and prefix.endswith(cut)
+    fresh = Ensemble(members, [0.5, 0.5], "mix")
+    fresh.reset(cut)
+    room = doc.fit.new_tokens(fresh.positions_used())
+    settings = replace(greedy(), mode="bytes", level="byte", method="bytesampler")
+    settings = replace(settings, max_bytes=min(settings.byte_budget, room))
+    assert result.text == fresh.complete(cut, settings).text
