@@ -453,6 +453,11 @@ class FimCompleter:
             self.completer.context_changed()
         return prompt.covered
 
+    def positions_used(self) -> int:
+        """Positions the prompt at the current cursor takes: start, context (the suffix,
+        and for PSM the prefix) and the covering tree's settled tokens."""
+        return len(self.session.context) + self.completer.positions_used()
+
     def _suffix_encoding(self, text: str) -> list[int]:
         """The suffix's tokens, encoded again only when the suffix changed."""
         if self._suffix_ids[0] != text:

@@ -249,6 +249,11 @@ class Completer:
         backtrack = 0 if settings.method == "naive" else int(settings.method[len("healing") :])
         return self._healing(prefix, backtrack, settings, rng, started, out)
 
+    def positions_used(self) -> int:
+        """Positions the prompt at the current prefix takes: the start token and the
+        covering tree's settled tokens (what must fit the model's context)."""
+        return 1 + len(self.sampler.vct.tree().trunk)
+
     def context_changed(self) -> None:
         """The session's context before the prefix changed (a fill-in-the-middle prompt
         moved, engine/fim.py): what was scored for the current prefix is stale."""

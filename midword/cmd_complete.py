@@ -275,12 +275,9 @@ class _Fitted:
     def __init__(self, completer: Any, max_context: int | None) -> None:
         self.completer, self.max_context = completer, max_context
 
-    def _used(self) -> int:
-        return 1 + len(self.completer.sampler.vct.tree().trunk)
-
     def _move(self, prompt: bytes) -> int:
         self.completer.sampler.reset(prompt)
-        return self._used()
+        return self.completer.positions_used()
 
     def complete(self, prefix: bytes, settings: Any) -> Any:
         prompt, room = _fit(prefix, self.max_context, self._move)
@@ -322,7 +319,7 @@ class _Middle(_Fitted):
     def _move(self, prompt: bytes) -> int:
         fim = self.completer
         fim.completer.sampler.reset(fim.move_to(prompt, self.suffix))
-        return 1 + len(fim.session.context) + len(fim.completer.sampler.vct.tree().trunk)
+        return fim.positions_used()
 
     def complete(self, prefix: bytes, settings: Any) -> Any:
         prompt, room = _fit(prefix, self.max_context, self._move)

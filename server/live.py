@@ -147,17 +147,13 @@ class SingleDocument:
     def inference_tokens(self) -> int:
         return self.completer.session.inference_tokens
 
-    def _used(self) -> int:
-        """Positions the prompt takes: the start token and the tree's settled tokens."""
-        return 1 + len(self.completer.sampler.vct.tree().trunk)
-
     def _move(self, prefix: bytes) -> bytes:
         """Move the live VCT to ``prefix``, cut to fit the model; returns the prompt."""
         from midword.engine.context_fit import fitted
 
         def build(prompt: bytes) -> int:
             self.completer.sampler.reset(prompt)
-            return self._used()
+            return self.completer.positions_used()
 
         return fitted(self.fit, self.cover(prefix), build)
 
@@ -180,7 +176,7 @@ class SingleDocument:
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
     ) -> Completion:
         prompt = self._move(prefix)  # as prepared: the same cut, nothing rebuilt
-        room = self.fit.new_tokens(self._used())
+        room = self.fit.new_tokens(self.completer.positions_used())
         settings = replace(settings, max_tokens=min(settings.max_tokens, room))
         return self.completer.complete(
             prompt, settings, should_stop=should_stop, cut=cut, deadline=deadline
@@ -214,12 +210,6 @@ class FimDocument:
     def set_suffix(self, suffix: bytes) -> None:
         self.suffix = suffix
 
-    def _used(self) -> int:
-        """Positions the prompt takes: start, context (the suffix, and for PSM the prefix)
-        and the tree's settled tokens."""
-        trunk = self.fim.completer.sampler.vct.tree().trunk
-        return 1 + len(self.fim.session.context) + len(trunk)
-
     def _prompt(self, prefix: bytes) -> bytes:
         """Move the live VCT to ``prefix`` cut to fit the model; returns the prefix used."""
         from midword.engine.context_fit import fitted
@@ -228,7 +218,7 @@ class FimDocument:
 
         def build(prompt: bytes) -> int:
             self.fim.completer.sampler.reset(self.fim.move_to(prompt, suffix))
-            return self._used()
+            return self.fim.positions_used()
 
         return fitted(self.fit, self.cover(prefix), build)
 
@@ -273,7 +263,7 @@ class FimDocument:
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
     ) -> Completion:
         prompt = self._prompt(prefix)  # as prepared: the same cut, nothing rebuilt
-        room = self.fit.new_tokens(self._used())
+        room = self.fit.new_tokens(self.fim.positions_used())
         return self.fim.complete(
             prompt,
             self.kept_suffix(),

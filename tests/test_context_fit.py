@@ -186,7 +186,7 @@ def test_a_fim_prompt_gives_the_suffix_a_third_and_fits() -> None:
     kept = doc.kept_suffix()
     assert suffix.startswith(kept) and kept.endswith(b"\n") and len(kept) < len(suffix)
     assert doc._token_count(kept) <= doc.fit.room // SUFFIX_SHARE
-    assert doc._used() <= doc.fit.room  # the whole prompt within the positions
+    assert doc.fim.positions_used() <= doc.fit.room  # the whole prompt within the positions
     result = doc.complete(prefix, greedy(), should_stop=None, cut=None, deadline=1e18)
     assert doc.fim.session.inner.cache_len() <= model.context_length
     cut = prefix[len(doc.fit.dropped) :]
