@@ -19,14 +19,13 @@ Run: python benchmarks/bench_default_model.py [--cuts 500] [--seed 0] [--write-c
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import re
 import sys
 import time
 
 from midword.models import shipped_test_model
-from midword.testing.cuts import identifier_cuts
+from midword.testing.cuts import accuracy_table, identifier_cuts
 
 CARD = shipped_test_model() / "README.md"
 CARD_HEADING = "## Next-character accuracy at mid-identifier cuts"
@@ -52,16 +51,6 @@ def pick_samples(docs: list, n: int, seed: int, max_context: int) -> list[dict]:
             start = line + 1 if line >= 0 else cut - max_context
         samples.append({"file": doc.name, "prefix": doc.text[start:cut], "target": doc.text[cut]})
     return samples
-
-
-def accuracy_table(hits: dict[str, list[bool]]) -> str:
-    rows = ["| method | next-char accuracy | correct / cuts |", "| --- | --- | --- |"]
-    for name in METHODS:
-        xs = hits[name]
-        acc = sum(xs) / len(xs)
-        se = math.sqrt(acc * (1 - acc) / len(xs))
-        rows.append(f"| {LABELS[name]} | {acc:.3f} ± {se:.3f} | {sum(xs)} / {len(xs)} |")
-    return "\n".join(rows) + "\n"
 
 
 def ordering_holds(hits: dict[str, list[bool]]) -> bool:
@@ -114,7 +103,7 @@ def main() -> None:
         if i % 50 == 0:
             print(f"  {i}/{len(samples)} cuts", file=sys.stderr)
     seconds = time.perf_counter() - began
-    table = accuracy_table(hits)
+    table = accuracy_table(hits, {name: LABELS[name] for name in METHODS})
     holds = ordering_holds(hits)
     command = "python benchmarks/bench_default_model.py"
     if (args.cuts, args.seed) != (500, 0):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from midword.testing.cuts import identifier_cuts
+from midword.testing.cuts import accuracy_table, identifier_cuts
 
 CARD_HEADING = "## Next-character accuracy with and without the suffix"
 METHODS = ("prefix", "spm", "psm", "spm-naive")
@@ -228,16 +228,6 @@ class Predictors:
         return None
 
 
-def accuracy_table(hits: dict[str, list[bool]]) -> str:
-    rows = ["| method | next-char accuracy | correct / cuts |", "| --- | --- | --- |"]
-    for name in METHODS:
-        xs = hits[name]
-        acc = sum(xs) / len(xs)
-        se = math.sqrt(acc * (1 - acc) / len(xs))
-        rows.append(f"| {LABELS[name]} | {acc:.3f} ± {se:.3f} | {sum(xs)} / {len(xs)} |")
-    return "\n".join(rows) + "\n"
-
-
 def bits_table(nats: dict[str, list[float]], n_bytes: int) -> str:
     rows = ["| method | middle bits per byte |", "| --- | --- |"]
     for name in BITS_METHODS:
@@ -337,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         for sample in samples:
             for method in METHODS:
                 hits[method].append(predictors.predict(method, sample) == sample.target)
-        tables.append(f"Cuts {WHERE_TEXT[where]}:\n\n{accuracy_table(hits)}")
+        tables.append(
+            f"Cuts {WHERE_TEXT[where]}:\n\n{accuracy_table(hits, {name: LABELS[name] for name in METHODS})}"
+        )
         if args.bits and where == "any":
             tables.append(middle_bits_text(predictors, samples[: args.bits]))
     if args.bits:

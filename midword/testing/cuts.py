@@ -4,9 +4,10 @@ and models/eval_fim.py score the character after each cut)."""
 from __future__ import annotations
 
 import io
+import math
 import tokenize
 
-__all__ = ["identifier_cuts"]
+__all__ = ["accuracy_table", "identifier_cuts"]
 
 
 def identifier_cuts(text: str) -> list[int]:
@@ -27,3 +28,21 @@ def identifier_cuts(text: str) -> list[int]:
     except (tokenize.TokenError, SyntaxError, IndentationError):
         return []  # a file Python cannot tokenize has no well-defined identifiers
     return cuts
+
+
+def accuracy_table(hits: dict[str, list[bool]], labels: dict[str, str]) -> str:
+    """A markdown table of next-character accuracy (± one standard error) per method, in
+    the order of ``labels`` (method -> row label).
+
+    >>> print(accuracy_table({"a": [True, False]}, {"a": "method A"}), end="")
+    | method | next-char accuracy | correct / cuts |
+    | --- | --- | --- |
+    | method A | 0.500 ± 0.354 | 1 / 2 |
+    """
+    rows = ["| method | next-char accuracy | correct / cuts |", "| --- | --- | --- |"]
+    for name, label in labels.items():
+        xs = hits[name]
+        acc = sum(xs) / len(xs)
+        se = math.sqrt(acc * (1 - acc) / len(xs))
+        rows.append(f"| {label} | {acc:.3f} ± {se:.3f} | {sum(xs)} / {len(xs)} |")
+    return "\n".join(rows) + "\n"
