@@ -21,6 +21,8 @@ from midword.engine.model_files import is_gguf_file, prepare_model, storage_dtyp
 from midword.engine.tokenizer import load_tokenizer
 from tokenizers import Tokenizer
 
+from .gguf_support import write_shape
+
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -128,12 +130,7 @@ def write_model_gguf(
     cfg = model.config
     arch = cfg.model_type
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
+    write_shape(w, cfg)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_dimension_count(cfg.head_dim)

@@ -19,6 +19,7 @@ import pytest
 from midword.engine import gguf as mg
 from midword.engine.tokenizer import load_tokenizer
 
+from .gguf_support import write_shape
 from .test_gguf import DEFAULT_TOKENIZER, as_read_back, load_folder, logits, stored
 from .test_gguf import write_tokenizer_metadata as write_bpe_vocab
 from .test_gguf_sentencepiece import SPECIALS, Vocab, small_vocab, write_vocab
@@ -86,12 +87,7 @@ def tiny_gemma(seed: int, vocab_size: int) -> transformers.PreTrainedModel:
 def _metadata_starcoder2(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> None:
     """TextModel.set_gguf_parameters (StarCoder2Model overrides nothing), then the
     byte-level BPE vocabulary its hash names 'starcoder'."""
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
+    write_shape(w, cfg)
     w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     w.add_layer_norm_eps(cfg.norm_epsilon)  # from norm_epsilon: a LayerNorm epsilon
     write_bpe_vocab(w, json.loads(DEFAULT_TOKENIZER.read_text()), "starcoder")
@@ -99,12 +95,7 @@ def _metadata_starcoder2(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig)
 
 def _metadata_gemma(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> None:
     """GemmaModel.set_gguf_parameters (no rope base: llama.cpp's 10,000) and set_vocab."""
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
+    write_shape(w, cfg)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_key_length(cfg.head_dim)
     w.add_value_length(cfg.head_dim)

@@ -21,6 +21,7 @@ from midword.engine.tokenizer import load_tokenizer
 
 from midword.testing import CORPUS, real_encoder, tokenizer_path
 
+from .gguf_support import write_shape
 from .oracle import brute_force_tree, sample_ids, tree_sequences
 
 gguf = pytest.importorskip("gguf")
@@ -183,12 +184,7 @@ def write_gguf(path: Path, vocab: Vocab, model: transformers.PreTrainedModel | N
     write_vocab(w, vocab, scores)
     if model is not None:
         cfg = model.config
-        w.add_block_count(cfg.num_hidden_layers)
-        w.add_context_length(cfg.max_position_embeddings)
-        w.add_embedding_length(cfg.hidden_size)
-        w.add_feed_forward_length(cfg.intermediate_size)
-        w.add_head_count(cfg.num_attention_heads)
-        w.add_head_count_kv(cfg.num_key_value_heads)
+        write_shape(w, cfg)
         w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
         w.add_rope_dimension_count(cfg.head_dim)
         for name, tensor in model.state_dict().items():

@@ -1,0 +1,16 @@
+"""What every tiny GGUF file the tests write holds first: the shape hyperparameters that
+llama.cpp's converter (TextModel.set_gguf_parameters) writes for any architecture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def write_shape(writer: Any, config: Any) -> None:
+    """Layers, context, widths and head counts of a transformers ``config``."""
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
