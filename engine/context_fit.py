@@ -33,9 +33,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ContextFit", "context_length", "fitted"]
+__all__ = ["SUFFIX_SHARE", "ContextFit", "context_length", "fitted", "suffix_lines"]
 
 HEADROOM_SHARE = 8  # room to generate and for the tree's tail: max(16, context // 8) tokens
+SUFFIX_SHARE = 3  # a fill-in-the-middle suffix takes at most this share of the room
 TAIL_TOKENS = 8  # the chosen leaf's tokens after the settled ones (a tree is a few deep)
 SLACK_SHARE = 4  # a new cut drops this share of the context more than it must
 _CONFIG_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
@@ -124,6 +125,28 @@ def fitted(fit: ContextFit, prompt: bytes, build: Callable[[bytes], int], tries:
         prompt = shorter
         used = build(prompt)
     return prompt
+
+
+def suffix_lines(fit: ContextFit, suffix: bytes, count: Callable[[bytes], int]) -> bytes:
+    """The first whole lines of a fill-in-the-middle ``suffix`` that take at most
+    1/`SUFFIX_SHARE` of ``fit.room`` tokens (``count(text)``: its tokens), so that a model
+    with a short context does not give it all to the text after the cursor.
+
+    >>> suffix = b"".join(b"line %d\\n" % i for i in range(10))  # 2 tokens a line here
+    >>> suffix_lines(ContextFit(max_context=40), suffix, lambda t: 2 * t.count(b"\\n"))
+    b'line 0\\nline 1\\nline 2\\nline 3\\n'
+    >>> suffix_lines(ContextFit(None), suffix, len) == suffix
+    True
+    """
+    if fit.max_context is None:
+        return suffix
+    limit = fit.room // SUFFIX_SHARE
+    kept, tokens = suffix, count(suffix)
+    while tokens > limit and kept:
+        line_end = kept.rfind(b"\n", 0, max(1, len(kept) * limit // tokens))
+        kept = kept[: line_end + 1] if line_end >= 0 else b""
+        tokens = count(kept)
+    return kept
 
 
 def _char_start(data: bytes, at: int) -> int:

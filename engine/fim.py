@@ -458,6 +458,10 @@ class FimCompleter:
         and for PSM the prefix) and the covering tree's settled tokens."""
         return len(self.session.context) + self.completer.positions_used()
 
+    def token_count(self, text: bytes) -> int:
+        """Tokens of ``text`` encoded on its own (to budget a suffix by)."""
+        return len(_encode(self.engine.tok, text.decode("utf-8", "replace"))) if text else 0
+
     def _suffix_encoding(self, text: str) -> list[int]:
         """The suffix's tokens, encoded again only when the suffix changed."""
         if self._suffix_ids[0] != text:

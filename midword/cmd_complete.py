@@ -309,12 +309,13 @@ class _Middle(_Fitted):
     suffix, by a `FimCompleter` (one KV session for all the prefixes)."""
 
     def __init__(self, model: Any, engine: Any, template: Any, suffix: bytes) -> None:
+        from midword.engine.context_fit import ContextFit, suffix_lines
         from midword.engine.fim import FimCompleter
 
-        super().__init__(
-            FimCompleter(model, engine, template), getattr(model, "context_length", None)
-        )
-        self.suffix = suffix
+        fim = FimCompleter(model, engine, template)
+        super().__init__(fim, getattr(model, "context_length", None))
+        # the suffix's first lines, at most a third of the room (as the server keeps it)
+        self.suffix = suffix_lines(ContextFit(self.max_context), suffix, fim.token_count)
 
     def _move(self, prompt: bytes) -> int:
         fim = self.completer

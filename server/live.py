@@ -32,7 +32,6 @@ __all__ = ["Backend", "EnsembleModels", "FimDocument", "LiveDocument", "SingleMo
 StopFn = Callable[[], bool] | None
 CutFn = Callable[[str], int | None] | None
 PREFILL_CHUNK = 256  # trunk tokens evaluated between two checks for a newer request
-SUFFIX_SHARE = 3  # a FIM suffix takes at most a third of the positions a prompt may use
 log = logging.getLogger("midword.server")
 
 
@@ -223,26 +222,14 @@ class FimDocument:
         return fitted(self.fit, self.cover(prefix), build)
 
     def kept_suffix(self) -> bytes:
-        """The suffix's first lines, as many as take at most 1/`SUFFIX_SHARE` of the
-        positions a prompt may use (a model with a short context would otherwise give
-        them all to the text after the cursor). Counted with the tokenizer's own encoding
-        of the text, once per suffix: typing leaves the suffix, and so this, unchanged."""
-        if self.fit.max_context is None:
-            return self.suffix
-        if self._kept[0] == self.suffix:
-            return self._kept[1]
-        limit = self.fit.room // SUFFIX_SHARE
-        kept = self.suffix
-        count = self._token_count(kept)
-        while count > limit and kept:
-            line_end = kept.rfind(b"\n", 0, max(1, len(kept) * limit // count))
-            kept = kept[: line_end + 1] if line_end >= 0 else b""
-            count = self._token_count(kept)
-        self._kept = (self.suffix, kept)
-        return kept
+        """The suffix's first lines that fit a third of the room (`suffix_lines`), counted
+        once per suffix: typing leaves the suffix, and so this, unchanged."""
+        from midword.engine.context_fit import suffix_lines
 
-    def _token_count(self, text: bytes) -> int:
-        return len(self.fim.engine.tok.encode(text.decode("utf-8", "replace"))) if text else 0
+        if self._kept[0] != self.suffix:
+            kept = suffix_lines(self.fit, self.suffix, self.fim.token_count)
+            self._kept = (self.suffix, kept)
+        return self._kept[1]
 
     def _move(self, prefix: bytes, should_stop: StopFn) -> list[int]:
         """The prompt at this cursor with its settled part prefilled; returns that part."""

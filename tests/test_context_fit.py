@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from midword.engine.context_fit import ContextFit
+from midword.engine.context_fit import SUFFIX_SHARE, ContextFit
 
 torch = pytest.importorskip("torch")
 
@@ -172,7 +172,7 @@ def test_a_fim_prompt_gives_the_suffix_a_third_and_fits() -> None:
     from midword.engine.fim import TEMPLATES, FimCompleter
     from midword.engine.hf_backend import load_hf_model
     from midword.engine.tables import load_engine
-    from midword.server.live import SUFFIX_SHARE, SingleModel
+    from midword.server.live import SingleModel
 
     from midword.models import shipped_test_model
 
@@ -185,7 +185,7 @@ def test_a_fim_prompt_gives_the_suffix_a_third_and_fits() -> None:
     doc.prepare(prefix, "bytesampler")
     kept = doc.kept_suffix()
     assert suffix.startswith(kept) and kept.endswith(b"\n") and len(kept) < len(suffix)
-    assert doc._token_count(kept) <= doc.fit.room // SUFFIX_SHARE
+    assert doc.fim.token_count(kept) <= doc.fit.room // SUFFIX_SHARE
     assert doc.fim.positions_used() <= doc.fit.room  # the whole prompt within the positions
     result = doc.complete(prefix, greedy(), should_stop=None, cut=None, deadline=1e18)
     assert doc.fim.session.inner.cache_len() <= model.context_length
@@ -224,3 +224,42 @@ def test_an_ensemble_fits_its_shortest_member(gpt2_backend) -> None:
     settings = replace(greedy(), mode="bytes", level="byte", method="bytesampler")
     settings = replace(settings, max_bytes=min(settings.byte_budget, room))
     assert result.text == fresh.complete(cut, settings).text
+
+
+def test_the_command_line_keeps_a_long_suffix_to_its_share(tmp_path) -> None:
+    """`midword complete --suffix-file` with the shipped FIM model: the suffix keeps its
+    share of a 512-position context, so most of the room is left to the prefix (without
+    the share, a long suffix left the prefix a few bytes)."""
+    import re
+    import subprocess
+    import sys
+
+    from midword.models import shipped_test_model
+
+    prefix, suffix = tmp_path / "prefix.py", tmp_path / "suffix.py"
+    prefix.write_bytes(lines(200, seed=1) + b"value = sel")
+    suffix.write_bytes(b"f\n" + lines(200, seed=2))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "midword",
+            "complete",
+            "--model",
+            str(shipped_test_model()),
+            "--device",
+            "cpu",
+            "--max-tokens",
+            "4",
+            "--prefix-file",
+            str(prefix),
+            "--suffix-file",
+            str(suffix),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    dropped = int(re.search(r"first (\d+) bytes were left out", run.stderr).group(1))
+    assert prefix.stat().st_size - dropped >= 300  # a hundred tokens and more kept
