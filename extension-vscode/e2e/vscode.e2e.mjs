@@ -373,7 +373,9 @@ async function run(dirs, state) {
   const { page } = state.chromium;
   log(`Chromium ${state.chromium.browser.version()}`);
   await openFile(page, state.codeServer.url, dirs.workspace, FILE_NAME, TIMEOUTS.workbench);
-  const ready = await waitForStatus(page, 'ready', (status) => status.label.startsWith('midword ready'), TIMEOUTS.ready);
+  // ready with a model: between the server's start and its first status the bar says
+  // "midword ready" with no model, and a request typed then finds the model loading
+  const ready = await waitForStatus(page, 'ready', (status) => status.label.startsWith('midword ready: '), TIMEOUTS.ready);
   log(`${FILE_NAME} open; status bar ${JSON.stringify(ready.text)} (${JSON.stringify(ready.label)})`);
   const first = await acceptWithTab(page, file, acceptanceLog);
   await acceptNextLine(page, file, acceptanceLog, first.text);
