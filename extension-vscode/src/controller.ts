@@ -24,7 +24,12 @@ export interface ServerClient {
   /** A custom notification (the acceptance log's events). */
   sendNotification(method: string, params: Record<string, unknown>): Promise<void>;
   readonly isRunning: boolean;
+  /** `serverInfo.name` from the initialize result, once started (undefined when not sent). */
+  readonly serverName: string | undefined;
 }
+
+/** The name midword's server gives in `serverInfo`: such a server sends `midword/status`. */
+export const MIDWORD_SERVER_NAME = 'midword';
 
 /** Callbacks from the client into the extension. */
 export interface ClientHooks {
@@ -344,6 +349,9 @@ export class ServerController {
       return; // it crashed right after starting; handleCrash took over
     }
     this.deps.status.setPhase('running');
+    // midword's server always sends a status once initialized: until it arrives the bar
+    // must not say "ready" (text typed then finds the model still loading).
+    this.deps.status.setAwaitsServerStatus(created.serverName === MIDWORD_SERVER_NAME);
     this.deps.renderStatus();
     this.deps.log.info('Server running.');
   }

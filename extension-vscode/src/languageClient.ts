@@ -308,5 +308,8 @@ export function createLanguageClient(launch: LaunchSpec, hooks: ClientHooks, dep
     get isRunning(): boolean {
       return client.state === State.Running;
     },
+    get serverName(): string | undefined {
+      return client.initializeResult?.serverInfo?.name;
+    },
   };
 }

@@ -119,6 +119,8 @@ export class StatusModel {
   private clientLatencyMs: number | undefined;
   private enabled = true;
   private interpreter = '';
+  /** The server announced itself as midword's, which sends `midword/status` when initialized. */
+  private awaitsServerStatus = false;
 
   /** The client starts or stops (a new phase forgets the previous run's server state). */
   setPhase(phase: ClientPhase, errorMessage = ''): void {
@@ -126,9 +128,18 @@ export class StatusModel {
       this.server = undefined;
       this.progress.clear();
       this.progressOrder.length = 0;
+      this.awaitsServerStatus = false;
     }
     this.phase = phase;
     this.phaseError = phase === 'error' ? errorMessage : '';
+  }
+
+  /**
+   * Whether to wait for the server's first `midword/status` before saying "ready". A server
+   * that is not midword's may never send one, and is taken as ready once running.
+   */
+  setAwaitsServerStatus(awaits: boolean): void {
+    this.awaitsServerStatus = awaits;
   }
 
   setInterpreter(description: string): void {
@@ -249,16 +260,18 @@ export class StatusModel {
         error: false,
       };
     }
-    if (this.phase === 'starting') {
+    const waitingForStatus = this.phase === 'running' && this.awaitsServerStatus && this.server === undefined;
+    if (this.phase === 'starting' || waitingForStatus) {
+      const what = waitingForStatus ? 'midword server started; waiting for its model status…' : 'Starting the midword server…';
       return {
         kind: 'starting',
         text: '$(loading~spin) midword',
-        tooltip: `Starting the midword server…${interpreter}\n\n${CLICK_FOR_LOG}`,
+        tooltip: `${what}${interpreter}\n\n${CLICK_FOR_LOG}`,
         command: 'midword.showLog',
         error: false,
       };
     }
-    // Running: ready once the server said so, or when it sends no status at all.
+    // Running: ready once the server said so, or when a server that is not midword's sends none.
     const model = this.server?.model ?? '';
     const latency = this.latencyMs;
     const latencyText = latency !== undefined ? ` ${formatLatency(latency)}` : '';

@@ -29,6 +29,25 @@ describe('ServerController: start', () => {
     assert.deepEqual(h.problems, []);
   });
 
+  it("midword's own server: 'starting' until its first midword/status, not a false 'ready'", async () => {
+    const h = harness();
+    h.prepareClient = (client) => {
+      client.serverName = 'midword';
+    };
+    h.controller.start();
+    await h.controller.whenIdle();
+    assert.equal(h.lastClient().started, 1);
+    assert.deepEqual(
+      h.views.map((view) => view.kind),
+      ['starting', 'starting'],
+    );
+    assert.match(h.status.view().tooltip, /waiting for its model status/);
+    h.lastClient().hooks.onServerStatus({ state: 'loading', model: 'smollm2', message: 'weights', latencyMs: null });
+    assert.equal(h.status.view().kind, 'loading');
+    h.lastClient().hooks.onServerStatus({ state: 'ready', model: 'smollm2', message: '', latencyMs: null });
+    assert.equal(h.status.view().kind, 'ready');
+  });
+
   it('no interpreter: error status, a problem with Select Interpreter, no client', async () => {
     const h = harness({ resolution: { kind: 'not-found', message: 'No Python interpreter found: x.', notes: ['python3 is not on PATH.'], fromSetting: false } });
     h.controller.start();

@@ -73,6 +73,7 @@ describe('createLanguageClient with the real vscode-languageclient and a fake se
     assert.equal(capabilities.window?.workDoneProgress, true);
     assert.equal(capabilities.experimental?.midword?.completionEvents, true, 'asks for tagged items');
     assert.ok(client.isRunning);
+    assert.equal(client.serverName, 'fake-midword', "serverInfo.name from the initialize result");
   });
 
   it('routes the server-created $/progress to the status hooks, then midword/status', async () => {

@@ -31,6 +31,30 @@ describe('status bar model', () => {
     assert.equal(view.error, false);
   });
 
+  it("a server that announced midword/status shows 'starting' until the first one arrives", () => {
+    const model = new StatusModel();
+    model.setPhase('starting');
+    model.setPhase('running');
+    model.setAwaitsServerStatus(true);
+    assert.equal(model.view().kind, 'starting');
+    assert.match(model.view().tooltip, /^midword server started; waiting for its model status/);
+    model.onServerStatus({ state: 'ready', model: 'm', message: '', latencyMs: null });
+    assert.equal(model.view().kind, 'ready');
+    // a restart forgets the promise together with the old status
+    model.setPhase('starting');
+    model.setPhase('running');
+    assert.equal(model.view().kind, 'ready', 'a server that announced nothing is ready once running');
+  });
+
+  it('a status that arrives before the client reports running is kept', () => {
+    const model = new StatusModel();
+    model.setPhase('starting');
+    model.onServerStatus({ state: 'loading', model: 'm', message: 'weights', latencyMs: null });
+    model.setPhase('running');
+    model.setAwaitsServerStatus(true);
+    assert.equal(model.view().kind, 'loading');
+  });
+
   it('progress begin / report / end drive the loading state, with percentage', () => {
     const model = running();
     model.onProgress('load-1', { kind: 'begin', title: 'Loading model', message: 'tokenizer', percentage: 0 });

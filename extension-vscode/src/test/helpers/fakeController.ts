@@ -15,6 +15,8 @@ export class FakeClient implements ServerClient {
   /** Set to make start() fail, or hold it open with a deferred. */
   startError: Error | undefined;
   startGate: Promise<void> | undefined;
+  /** What the fake server calls itself in `serverInfo`. */
+  serverName: string | undefined = undefined;
 
   constructor(
     readonly launch: LaunchSpec,
