@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from midword.testing.corpus import repo_source_prompt
 from midword.testing.shapes import QUICK, QWEN25_CODER_15B
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +55,7 @@ def main() -> None:
     figures["engine_load_s"] = round(time.perf_counter() - started, 2)
     hf = HFModel(model, name="qwen2.5-coder-1.5b-shape")
     completer = Completer(hf, engine)
-    prompt = build_prompt(args.lines)
+    prompt = repo_source_prompt(args.lines, ROOT).encode("utf-8")
     ids = engine.tok.encode(prompt.decode("utf-8", errors="surrogateescape"))
     figures.update(prompt_lines=args.lines, prompt_bytes=len(prompt), prompt_tokens=len(ids))
     pbp = Settings(max_tokens=args.tokens, ignore_eos=True)
@@ -109,18 +110,6 @@ def build_model(args: argparse.Namespace, device: Any, dtype: Any) -> Any:
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.eval()
-
-
-def build_prompt(lines: int) -> bytes:
-    """`lines` lines of this repository's Python sources, ending in the middle of a word."""
-    sources = sorted((ROOT / "engine").glob("*.py")) + sorted((ROOT / "midword").rglob("*.py"))
-    text: list[str] = []
-    for path in sources:
-        text.extend(path.read_text(encoding="utf-8").splitlines())
-        if len(text) >= lines:
-            break
-    body = "\n".join(text[: lines - 1])
-    return (body + "\n        return build_exp").encode("utf-8")
 
 
 def timed(run: Callable[[], Any], sync: Callable[[], None]) -> tuple[float, Any]:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from midword.testing.corpus import repo_source_prompt
 from midword.testing.shapes import QUICK, QWEN25_CODER_05B, QWEN25_CODER_15B
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,17 +100,6 @@ def tokenizer_size(path: Path) -> int:
     spec = json.loads(path.read_text(encoding="utf-8"))
     ids = list(spec["model"]["vocab"].values()) + [a["id"] for a in spec.get("added_tokens", [])]
     return max(ids) + 1
-
-
-def build_prompt(lines: int) -> str:
-    """`lines` lines of this repository's Python sources, ending in the middle of a word."""
-    sources = sorted((ROOT / "engine").glob("*.py")) + sorted((ROOT / "midword").rglob("*.py"))
-    text: list[str] = []
-    for path in sources:
-        text.extend(path.read_text(encoding="utf-8").splitlines())
-        if len(text) >= lines:
-            break
-    return "\n".join(text[: lines - 1]) + "\n        return build_exp"
 
 
 # ---------------------------------------------------------------------------- the server
@@ -309,7 +299,7 @@ async def measure(args: argparse.Namespace, model: Path) -> dict[str, Any]:
         server, warm = await start_server(model, cold_cache, forward_log, options)
         figures["load_later_start"] = _rounded(warm)
         figures["rss_after_load_MB"] = await server.rss_mb()
-        text = build_prompt(args.lines)
+        text = repo_source_prompt(args.lines, ROOT)
         figures["file"] = {"lines": text.count("\n") + 1, "bytes": len(text.encode())}
         figures["first_completion"] = await first_completion(server, text)
         figures["keystrokes"] = await keystrokes(server, text, args.keys)
@@ -550,7 +540,7 @@ def main(argv: list[str]) -> int:
     }
     figures.update(asyncio.run(measure(args, model)))
     if args.sampling_runs:
-        text = build_prompt(args.lines)
+        text = repo_source_prompt(args.lines, ROOT)
         figures["sampling"] = sampling_figures(model, text, args.sampling_runs, args.tokens)
     figures["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     figures["total_s"] = round(time.monotonic() - started, 1)

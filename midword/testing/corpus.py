@@ -1,4 +1,6 @@
-"""Test strings covering the cases the engine must get right."""
+"""Test strings covering the cases the engine must get right, and a long code prompt."""
+
+from pathlib import Path
 
 CORPUS = [
     "def f(x):\n    return x + 1\n",
@@ -36,3 +38,17 @@ MIXED_PIECES = (
     "ñ",
     "—",
 )
+
+
+def repo_source_prompt(lines: int, root: Path) -> str:
+    """``lines`` lines of the Python sources of the checkout at ``root`` (engine/, then
+    midword/), the last one ending in the middle of a word: the long file the benchmarks
+    open (``lines`` lines in all, the last one ``        return build_exp``).
+    """
+    sources = sorted((root / "engine").glob("*.py")) + sorted((root / "midword").rglob("*.py"))
+    text: list[str] = []
+    for path in sources:
+        text.extend(path.read_text(encoding="utf-8").splitlines())
+        if len(text) >= lines:
+            break
+    return "\n".join(text[: lines - 1]) + "\n        return build_exp"
