@@ -10,8 +10,8 @@ verdicts are a few vector operations per tree.
 
 from __future__ import annotations
 
-import itertools
 import os
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -25,7 +25,8 @@ from .utf8 import ENDING_INDEX, PROBE_ENDINGS, PROBES, complete_head, nfc_bounda
 from .validity import Validity
 
 CONTINUES_MEMO_SIZE = 1 << 15  # remembered LeafTables.continues verdicts (~250 bytes each)
-VCT_CACHE_VERSION = "5"  # bump when the cached per-token tables change meaning
+VCT_CACHE_VERSION = "6"  # bump when the cached per-token tables change meaning (the leaf
+# cache also keys runs by the class machine's thread lists: bump when those change too)
 
 
 class TableSource(Protocol):
@@ -83,6 +84,41 @@ def scan_configs(machine: ClassMachine, classes: list[int]) -> list[Config] | No
         splits, s = [*splits, rec], rec
 
 
+class _ProbeBits(NamedTuple):
+    """What each probe does to an attempt a row's text leaves in local state ``l`` (see
+    :meth:`LeafTables._local_of`), as bit sets: probe ``y`` is bit ``y``; "the attempt
+    ends after ``j`` characters of probe ``y``" is bit ``_Y_OFFSET[y] + j`` of a
+    ``_WORDS``-word set."""
+
+    ends: np.ndarray  # [L, Y] int16: where the attempt ends in probe y then END (-1: never)
+    open_: np.ndarray  # [L] uint64: probes that do not end it (bit y)
+    open_x: np.ndarray  # [W, L] uint64: the same probes, every (y, j) bit of each
+    ends_x: np.ndarray  # [W, L] uint64: bit (y, j) where it ends after j characters of y
+
+
+# first (y, j) bit of probe y: j runs over 0..len(y) (characters of y inside the pre-token)
+_Y_OFFSET = np.cumsum([0, *(len(y) + 1 for y in PROBES)]).tolist()
+_WORDS = -(-_Y_OFFSET[-1] // 64)  # uint64 words of a row's (y, j) bits
+assert len(PROBES) <= 64, "fresh_bits holds one bit per probe in a uint64"
+_ZERO = np.uint64(0)
+# what the leaf cache holds (a file with other keys is an older or damaged one: rebuilt)
+_SAVED = (
+    "version", "sigs", "row_tok", "row_len", "row_partial", "row_seq", "seq_len", "seq_cols",
+    "needs_exact", "norm_bad", "fresh_bits", "bbits", "runs_rec", "runs_fin", "state_pcs",
+    "state_pcs_len",
+)  # fmt: skip
+
+
+def _set_bits(words: np.ndarray, bit: int, mask: np.ndarray) -> None:
+    """Set bit ``bit`` of the ``[W, n]`` bit sets ``words`` where ``mask`` holds."""
+    words[bit // 64] |= mask.astype(np.uint64) << np.uint64(bit % 64)
+
+
+def _get_bits(words: np.ndarray, bit: int) -> np.ndarray:
+    """Bit ``bit`` of the ``[W, n]`` bit sets ``words``, as bools."""
+    return ((words[bit // 64] >> np.uint64(bit % 64)) & np.uint64(1)).astype(bool)
+
+
 class LeafTables:
     """Exact leaf verdicts for the whole vocabulary at once, from per-token tables.
 
@@ -95,17 +131,26 @@ class LeafTables:
     past ``T``'s end after ``j`` characters of ``y`` (``t`` continues the open pre-token).
     The BPE half reduces, by the pairwise theorem (paper section 3.4), to masks: pair
     validity with the node's token, reachability, and validity of ``t`` before the first
-    token of those ``j`` characters. Per machine state the two resulting token masks are
-    cached, so a tree costs a few vector operations. Tokens the model does not cover
-    (non-special added text, characters the normalizer may merge across the boundary,
-    a whole in-vocabulary pre-token under ignore_merges) are listed for an exact check by
-    encoding instead.
+    token of those ``j`` characters. Tokens the model does not cover (non-special added
+    text, characters the normalizer may merge across the boundary, a whole in-vocabulary
+    pre-token under ignore_merges) are listed for an exact check by encoding instead.
+
+    The machine's run over each token's text, from every state the machine can be in
+    (a few dozen), is computed when the tables are built and cached on disk with them
+    (per distinct class sequence: tokens share a few times fewer), so a tree never pays
+    a pass over the vocabulary: its masks are a few vector operations on bit sets (see
+    :meth:`masks`), kept per chain of states.
     """
 
     def __init__(self, engine: TableSource, machine: ClassMachine) -> None:
         self.engine, self.tok, self.machine = engine, engine.tok, machine
+        self._local_states: list[int] = []  # local state -> machine state
+        self._local: dict[int, int] = {}  # machine state -> local state
+        self._extra_runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # states not cached
+        self._bits: _ProbeBits | None = None
+        self._build_cols: list[np.ndarray] | None = None
         cache = engine.cache_file("leaf")
-        saved = load_arrays(cache)
+        saved = load_checked(cache)
         if saved is not None:
             self._restore(saved)
         else:
@@ -118,27 +163,39 @@ class LeafTables:
         if not self.total:
             return  # the engine falls back to the head-key shortcut
         if saved is None:
-            self.needs_exact = self._needs_exact()
-            self.norm_bad = self._norm_bad()
-            self._bpe_masks()
-            self.needs_exact[self.context_bound] = True  # NFC may decide these: encode
-        self.fresh = list(saved["fresh"]) if saved is not None else self._fresh_masks()
-        if saved is None:
-            save_arrays(cache, {**self._arrays(), "fresh": np.array(self.fresh)})
-        self._row_of: dict[int, int] | None = None
-        self.fresh_tok = self._tok_mask(np.logical_or.reduce(self.fresh))
+            self._build_tables()
+            save_arrays(cache, self._arrays())
+        self._build_cols = None  # build-time only (tests derive `cols` on demand)
+        self._row_of: np.ndarray | None = None
+        self.fresh_tok = self._tok_mask(self.fresh_bits != 0)
         # fixed per tokenizer: tokens the tables leave to encoding, or that never come out
         self.blocked = self.needs_exact | self.norm_bad
         self.exact_ids = np.flatnonzero(self.needs_exact)
-        self._masks: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._masks: OrderedDict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]]
+        self._masks = OrderedDict()
         self.cache_size = 128
         # kept `continues` verdicts: (chain, n, token, bad endings) -> verdict
         self.continued: dict[tuple[tuple[int, ...], int, int, frozenset[bytes]], bool] = {}
 
+    def _build_tables(self) -> None:
+        """Everything but the rows, on a first load (seconds; then cached on disk)."""
+        self.needs_exact = self._needs_exact()
+        self.norm_bad = self._norm_bad()
+        bpe_a, bpe_b = self._bpe_masks()
+        self.needs_exact[self.context_bound] = True  # NFC may decide these: encode
+        self._precompute_runs()
+        self.bbits = np.zeros((_WORDS, len(self.row_tok)), dtype=np.uint64)
+        for y, per_j in enumerate(bpe_b):
+            for j, mask in enumerate(per_j):
+                _set_bits(self.bbits, _Y_OFFSET[y] + j, mask)
+        self.fresh_bits = self._fresh_bits(bpe_a)
+
     def clear_caches(self) -> None:
-        """Forget the kept token masks per chain and ``continues`` verdicts."""
+        """Forget the kept token masks per chain, ``continues`` verdicts and runs from
+        states the disk tables lack (those tables stay: they are the engine's own)."""
         self._masks.clear()
         self.continued.clear()
+        self._extra_runs.clear()
 
     def _is_total(self) -> bool:
         """Does every character start a match of at least one character, whatever
@@ -160,18 +217,26 @@ class LeafTables:
 
     # ------------------------------------------------------------ disk cache
     def _arrays(self) -> dict[str, np.ndarray]:
-        flat = [m for per_y in (*self.bpe_a, *self.bpe_b) for m in per_y]
+        pcs = [self.machine.state_pcs[s] for s in self._local_states]
         return {
+            "version": np.array(VCT_CACHE_VERSION),
             "sigs": np.array(self.machine.class_sigs, dtype=bool).reshape(
                 len(self.machine.class_sigs), -1
             ),
             "row_tok": self.row_tok,
             "row_len": self.row_len,
             "row_partial": self.row_partial,
-            "cols": np.concatenate(self.cols),
+            "row_seq": self.row_seq,
+            "seq_len": self.seq_len,
+            "seq_cols": np.concatenate(self.seq_cols),
             "needs_exact": self.needs_exact,
             "norm_bad": self.norm_bad,
-            "bpe": np.packbits(np.array(flat), axis=1),
+            "fresh_bits": self.fresh_bits,
+            "bbits": self.bbits,
+            "runs_rec": self.runs_rec,
+            "runs_fin": self.runs_fin,
+            "state_pcs": np.array([pc for p in pcs for pc in p], dtype=np.int32),
+            "state_pcs_len": np.array([len(p) for p in pcs], dtype=np.int32),
         }
 
     def _restore(self, a: dict[str, np.ndarray]) -> None:
@@ -179,21 +244,30 @@ class LeafTables:
             self.machine.class_ids[sig] = len(self.machine.class_sigs)
             self.machine.class_sigs.append(sig)
         self.row_tok, self.row_len, self.row_partial = a["row_tok"], a["row_len"], a["row_partial"]
-        counts = [int((self.row_len > i).sum()) for i in range(int(self.row_len.max()))]
-        self.cols = np.split(a["cols"], np.cumsum(counts)[:-1])
+        self.row_seq, self.seq_len = a["row_seq"], a["seq_len"]
+        self.seq_cols = self._split_columns(a["seq_cols"], self.seq_len)
         self.needs_exact, self.norm_bad = a["needs_exact"], a["norm_bad"]
-        flat = np.unpackbits(a["bpe"], axis=1, count=len(self.row_tok)).astype(bool)
-        sizes = [len(y) + 1 for y in PROBES]
-        bounds = np.cumsum([0, *sizes, *sizes])
-        per = [list(flat[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
-        self.bpe_a, self.bpe_b = per[: len(PROBES)], per[len(PROBES) :]
+        self.fresh_bits, self.bbits = a["fresh_bits"], a["bbits"]
+        # the machine numbers states as it meets them: find the saved ones by thread list
+        ends = np.cumsum(a["state_pcs_len"]).tolist()
+        flat = a["state_pcs"].tolist()
+        for lo, hi in zip([0, *ends[:-1]], ends, strict=True):
+            self._local_of(_state_id(self.machine, tuple(flat[lo:hi])))
+        self._set_runs(a["runs_rec"], a["runs_fin"])
+
+    @staticmethod
+    def _split_columns(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+        """Column i: the i-th class of every sequence longer than i (longest first)."""
+        counts = [int((lengths > i).sum()) for i in range(int(lengths.max()))]
+        return np.split(flat, np.cumsum(counts)[:-1])
 
     # ------------------------------------------------------------ token rows
     def _build_rows(self) -> None:
         """One row per token that starts on a character: the classes of its characters;
         a token that ends inside a character gets one row per class of the characters
-        that complete it (the same completions the oracle tries)."""
-        seqs: list[list[int]] = []
+        that complete it (the same completions the oracle tries). Rows with the same
+        classes share one class sequence (``row_seq``): the machine runs per sequence."""
+        seqs: list[tuple[int, ...]] = []
         toks: list[int] = []
         partial_rows: list[bool] = []
         for i, b in enumerate(self.tok.token_bytes):
@@ -205,18 +279,35 @@ class LeafTables:
             head = self.machine.classes(text)
             tails = self._completion_classes(partial) if partial else [None]
             for c in tails:
-                seqs.append(head if c is None else [*head, c])
+                seqs.append(tuple(head) if c is None else (*head, c))
                 toks.append(i)
                 partial_rows.append(c is not None)
         order = sorted(range(len(seqs)), key=lambda r: -len(seqs[r]))
         self.row_tok = np.array([toks[r] for r in order], dtype=np.int64)
         self.row_len = np.array([len(seqs[r]) for r in order], dtype=np.int16)
         self.row_partial = np.array([partial_rows[r] for r in order], dtype=bool)
-        # column i holds the i-th class of every row longer than i (rows sorted longest first)
-        self.cols = [
-            np.array([seqs[r][i] for r in order[: int((self.row_len > i).sum())]], dtype=np.int32)
-            for i in range(int(self.row_len.max()))
+        index: dict[tuple[int, ...], int] = {}  # sequences longest first, as the rows
+        self.row_seq = np.array(
+            [index.setdefault(seqs[r], len(index)) for r in order], dtype=np.int32
+        )
+        self.seq_len = np.array([len(s) for s in index], dtype=np.int16)
+        flat = np.array([c for s in index for c in s], dtype=np.int32)  # sequence-major
+        starts = np.cumsum([0, *self.seq_len.tolist()])[:-1]
+        self.seq_cols = [
+            flat[starts[: int((self.seq_len > i).sum())] + i]
+            for i in range(int(self.seq_len.max()))
         ]
+
+    @property
+    def cols(self) -> list[np.ndarray]:
+        """Column i: the i-th class of every row longer than i (rows sorted longest
+        first), derived from the class sequences (the build and tests read it)."""
+        if self._build_cols is None:
+            self._build_cols = [
+                col.take(self.row_seq[: int((self.row_len > i).sum())])
+                for i, col in enumerate(self.seq_cols)
+            ]
+        return self._build_cols
 
     def _tok_mask(self, rows: np.ndarray) -> np.ndarray:
         out = np.zeros(self.tok.size, dtype=bool)
@@ -224,7 +315,7 @@ class LeafTables:
         return out
 
     # -------------------------------------------------------------- BPE side
-    def _bpe_masks(self) -> None:
+    def _bpe_masks(self) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
         """Per probe y and j (characters of y inside T's pre-token): may T's token come
         first in the BPE of that pre-token? j = 0: T alone encodes to t (A: it starts the
         pre-token; B: it continues one, so t must be reachable); j > 0: t must be valid
@@ -235,8 +326,8 @@ class LeafTables:
         reach = tok.reachable[t]
         whole = tok.ignore_merges & tok.is_text[t]
         part_a, part_b = self._partial_bpe()
-        self.bpe_a: list[list[np.ndarray]] = []
-        self.bpe_b: list[list[np.ndarray]] = []
+        bpe_a: list[list[np.ndarray]] = []
+        bpe_b: list[list[np.ndarray]] = []
         for y in PROBES:
             k = ENDING_INDEX[b""]
             a_list = [np.where(self.row_partial, part_a[:, k], reach | whole)]
@@ -248,8 +339,9 @@ class LeafTables:
                 ok = reach & self.engine.validity.predecessors(first)[t] & ~self._whole_with(ext)[t]
                 a_list.append(np.where(self.row_partial, part_a[:, k], ok))
                 b_list.append(np.where(self.row_partial, part_b[:, k], ok))
-            self.bpe_a.append(a_list)
-            self.bpe_b.append(b_list)
+            bpe_a.append(a_list)
+            bpe_b.append(b_list)
+        return bpe_a, bpe_b
 
     def _partial_bpe(self) -> tuple[np.ndarray, np.ndarray]:
         """[rows, PROBE_ENDINGS] verdicts for rows whose token ``T`` ends inside a
@@ -271,7 +363,7 @@ class LeafTables:
         for t, rows in by_tok.items():
             if not self.tok.reachable[t]:
                 continue
-            classes = [int(self.cols[int(self.row_len[r]) - 1][r]) for r in rows]
+            classes = [self._last_class(r) for r in rows]
             safe, loose = self._partial_verdicts(t, sorted(set(classes)))
             for r, c in zip(rows, classes, strict=True):
                 ok_a[r], ok_b[r] = safe[c]
@@ -280,6 +372,10 @@ class LeafTables:
             ):
                 self.context_bound.append(t)
         return ok_a, ok_b
+
+    def _last_class(self, row: int) -> int:
+        seq = int(self.row_seq[row])
+        return int(self.seq_cols[int(self.seq_len[seq]) - 1][seq])
 
     def _partial_verdicts(self, t: int, classes: list[int]) -> tuple[dict, dict]:
         """Per class of completing character: (A, B) verdicts over the probe endings,
@@ -408,29 +504,96 @@ class LeafTables:
             self._dt, self._dm = dt, dm
         return self._dt, self._dm
 
-    def run(self, state: int) -> list[np.ndarray]:
-        """Per probe y, for every row (int16): where the attempt in ``state`` ends, in
-        characters from the row's start (-1: it ends before, inside the region)."""
+    def _local_of(self, state: int) -> int:
+        """The local number of a machine state (the order the tables met it in: the disk
+        cache keeps runs by it, while the machine numbers states as the text leads it)."""
+        got = self._local.get(state)
+        if got is None:
+            got = self._local[state] = len(self._local_states)
+            self._local_states.append(state)
+        return got
+
+    def _walk(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """The vectorized pass (per class sequence): where an attempt in ``state`` last
+        ends inside the sequence (int16, in characters; -1: nowhere inside it), and the
+        local state it is in after the whole sequence."""
         dt, dm = self._dense(state)
-        st = np.full(len(self.row_tok), state, dtype=np.int32)
-        rec = np.full(len(self.row_tok), -1, dtype=np.int16)
-        for i, col in enumerate(self.cols):
+        st = np.full(len(self.seq_len), state, dtype=np.int32)
+        rec = np.full(len(self.seq_len), -1, dtype=np.int16)
+        for i, col in enumerate(self.seq_cols):
             k = len(col)
             cur = st[:k]
             rec[:k][dm[cur, col]] = i
             st[:k] = dt[cur, col]
-        # A probe's run depends only on the state a row's text leaves, and rows share a
-        # few dozen states at most: run each probe once per state, then look it up.
-        live = [s for s in np.flatnonzero(np.bincount(st)).tolist() if s != ClassMachine.DEAD]
-        ends = np.full((len(self.probe_cls), dt.shape[0]), -1, dtype=np.int16)  # [Y, states]
-        if live:
-            ends[:, live] = self._probe_ends(live).T
+        uniq, inverse = np.unique(st, return_inverse=True)
+        local = np.array([self._local_of(s) for s in uniq.tolist()], dtype=np.int32)
+        return rec, local[inverse.reshape(-1)]
+
+    def _precompute_runs(self) -> None:
+        """Walk from every state the machine reaches over the table classes: a region's
+        attempt is in one of them unless the region holds a character of a class no
+        token has (then :meth:`_state_runs` walks on demand)."""
+        self._dense(ClassMachine.INIT)
+        states = sorted(self._dense_seen)
+        for s in states:
+            self._local_of(s)  # local numbers 0..len(states)-1: the cached runs' rows
+        walks = [self._walk(s) for s in states]
+        rec_type = np.int8 if len(self.seq_cols) <= np.iinfo(np.int8).max else np.int16
+        fin_type = np.uint8 if len(self._local_states) <= 1 << 8 else np.uint16
+        self._set_runs(
+            np.array([r for r, _ in walks], dtype=rec_type),
+            np.array([f for _, f in walks], dtype=fin_type),
+        )
+
+    def _set_runs(self, rec: np.ndarray, fin: np.ndarray) -> None:
+        """Cached runs: row k for local state k (``[states, sequences]``)."""
+        self.runs_rec, self.runs_fin = rec, fin
+        self._run_row = {s: k for k, s in enumerate(self._local_states[: len(rec)])}
+
+    def _state_runs(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`_walk`'s two arrays) for ``state``: cached, or walked and kept."""
+        k = self._run_row.get(state)
+        if k is not None:
+            return self.runs_rec[k], self.runs_fin[k]
+        got = self._extra_runs.get(state)
+        if got is None:
+            got = self._extra_runs[state] = self._walk(state)
+        return got
+
+    def _probe_bits(self) -> _ProbeBits:
+        """:class:`_ProbeBits` over every local state met so far."""
+        states = self._local_states
+        if self._bits is not None and len(self._bits.open_) == len(states):
+            return self._bits
+        ends = self._probe_ends(states)
+        open_ = np.zeros(len(states), dtype=np.uint64)
+        open_x = np.zeros((_WORDS, len(states)), dtype=np.uint64)
+        ends_x = np.zeros((_WORDS, len(states)), dtype=np.uint64)
+        for y, probe in enumerate(PROBES):
+            stays = ends[:, y] < 0
+            open_ |= stays.astype(np.uint64) << np.uint64(y)
+            for j in range(len(probe) + 1):
+                _set_bits(open_x, _Y_OFFSET[y] + j, stays)
+                _set_bits(ends_x, _Y_OFFSET[y] + j, ends[:, y] == j)
+        self._bits = _ProbeBits(ends, open_, open_x, ends_x)
+        return self._bits
+
+    def run(self, state: int) -> list[np.ndarray]:
+        """Per probe y, for every row (int16): where the attempt in ``state`` ends, in
+        characters from the row's start (-1: it ends before, inside the region).
+
+        The probe-by-probe form of what :meth:`masks` reads as bit sets (it and
+        :meth:`masks_uncached` serve as the reference)."""
+        rec_seq, fin_seq = self._state_runs(state)
+        ends = self._probe_bits().ends  # [local states, Y]
+        rec = rec_seq.take(self.row_seq).astype(np.int16)
+        fin = fin_seq.take(self.row_seq)
         rec.setflags(write=False)
         out, made = [], {}  # probes of one class sequence get one (shared, read-only) array
         for y in range(len(self.probe_cls)):
-            key = ends[y].tobytes()
+            key = ends[:, y].tobytes()
             if key not in made:
-                q = ends[y].take(st)  # [rows]: -1, or the probe character it ends after
+                q = ends[:, y].take(fin)  # [rows]: -1, or the probe character it ends after
                 got = rec if not (q >= 0).any() else np.where(q >= 0, self.row_len + q, rec)
                 got.setflags(write=False)
                 made[key] = got
@@ -445,41 +608,76 @@ class LeafTables:
             dtype=np.int16,
         ).reshape(len(states), len(self.probe_cls))
 
-    def _fresh_masks(self) -> list[np.ndarray]:
-        """Per probe: rows whose text, scanned from a split, stays one pre-token that
-        encodes with t first (case A's second half)."""
-        out = []
+    def _fresh_bits(self, bpe_a: list[list[np.ndarray]]) -> np.ndarray:
+        """Per row, bit y: its text, scanned from a split, stays one pre-token that
+        encodes with t first when probe y follows (case A's second half)."""
+        out = np.zeros(len(self.row_tok), dtype=np.uint64)
         for y, r in enumerate(self.run(ClassMachine.INIT)):
             j = r - self.row_len
             ok = np.zeros(len(r), dtype=bool)
-            for jj, mask in enumerate(self.bpe_a[y]):
+            for jj, mask in enumerate(bpe_a[y]):
                 ok |= (j == jj) & mask
-            out.append(ok)
+            out |= ok.astype(np.uint64) << np.uint64(y)
         return out
 
     def masks(self, chain: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Token masks (A: ends the open attempt and starts a pre-token; B: continues it)
-        for each configuration of a chain of attempt states (see :func:`scan_configs`)."""
+        for each configuration of a chain of attempt states (see :func:`scan_configs`).
+
+        Per row, bit sets over the probes: A holds where the attempt ends where the row
+        starts (no probe extends it past, ``fresh_bits``), B where it ends after ``j``
+        characters of a probe and the row's token may come first then (``bbits``); a
+        later configuration counts only the probes every earlier one left open (the
+        attempt ended inside the region). Small tables per state, gathered per row.
+        """
         hit = self._masks.get(chain)
         if hit is not None:
             self._masks.move_to_end(chain)
             return hit
-        runs = [self.run(st) for st in chain]
+        runs = [self._state_runs(st) for st in chain]
+        bits = self._probe_bits()  # after the runs: they may meet new states
+        seq = self.row_seq
+        left: tuple[np.ndarray, list[np.ndarray]] | None = None  # probes still open
         out = []
-        left = [np.ones(len(self.row_tok), dtype=bool) for _ in PROBES]
-        for recs in runs:
-            a = np.zeros(len(self.row_tok), dtype=bool)
-            b = np.zeros(len(self.row_tok), dtype=bool)
-            for y, r in enumerate(recs):
-                a |= left[y] & (r == 0) & self.fresh[y]
-                j = r - self.row_len
-                for jj, mask in enumerate(self.bpe_b[y]):
-                    b |= left[y] & (j == jj) & mask
-                left[y] &= r == -1  # the attempt ends inside the region: next configuration
-            out.append((self._tok_mask(a), self._tok_mask(b)))
+        for n, (rec, fin) in enumerate(runs):
+            a = self.fresh_bits & np.where(rec == 0, bits.open_[fin], _ZERO).take(seq)
+            b = [self.bbits[w] & bits.ends_x[w][fin].take(seq) for w in range(_WORDS)]
+            if left is not None:
+                a &= left[0]
+                b = [bw & lw for bw, lw in zip(b, left[1], strict=True)]
+            if n + 1 < len(runs):
+                inside = rec == -1  # the attempt ends inside the region: next configuration
+                keep = np.where(inside, bits.open_[fin], _ZERO).take(seq)
+                keep_x = [
+                    np.where(inside, bits.open_x[w][fin], _ZERO).take(seq) for w in range(_WORDS)
+                ]
+                if left is not None:
+                    keep &= left[0]
+                    keep_x = [k & lw for k, lw in zip(keep_x, left[1], strict=True)]
+                left = keep, keep_x
+            b_rows = np.logical_or.reduce([bw != 0 for bw in b])
+            out.append((self._tok_mask(a != 0), self._tok_mask(b_rows)))
         self._masks[chain] = out
         if len(self._masks) > self.cache_size:
             self._masks.popitem(last=False)
+        return out
+
+    def masks_uncached(self, chain: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`masks` as the rule states it, probe by probe over :meth:`run`'s arrays
+        (slow; tests compare the two)."""
+        out = []
+        left = [np.ones(len(self.row_tok), dtype=bool) for _ in PROBES]
+        for recs in [self.run(st) for st in chain]:
+            a = np.zeros(len(self.row_tok), dtype=bool)
+            b = np.zeros(len(self.row_tok), dtype=bool)
+            for y, r in enumerate(recs):
+                fresh = _get_bits(self.fresh_bits[None], y)
+                a |= left[y] & (r == 0) & fresh
+                j = r - self.row_len
+                for jj in range(len(PROBES[y]) + 1):
+                    b |= left[y] & (j == jj) & _get_bits(self.bbits, _Y_OFFSET[y] + jj)
+                left[y] &= r == -1
+            out.append((self._tok_mask(a), self._tok_mask(b)))
         return out
 
     def continues(self, chain: tuple[int, ...], n: int, t: int, bad: frozenset[bytes]) -> bool:
@@ -507,19 +705,24 @@ class LeafTables:
         if partial or not text:
             return False  # ignore_merges whole words are whole characters
         cls = self.machine.classes(text)
-        if self._row_of is None:
+        if self._row_of is None:  # each whole-character token's one row (-1: none)
             rows = np.flatnonzero(~self.row_partial)
-            self._row_of = dict(zip(self.row_tok[rows].tolist(), rows.tolist(), strict=True))
-        row = self._row_of.get(t)
+            self._row_of = np.full(self.tok.size, -1, dtype=np.int64)
+            self._row_of[self.row_tok[rows]] = rows
+        row = int(self._row_of[t])
         for y, ycls in enumerate(self.probe_cls):
             ends = [self._scalar_end(st, cls + ycls) for st in chain[: n + 1]]
             if any(e != -1 for e in ends[:n]):
                 continue  # an earlier configuration already decides this probe
             j = ends[n] - len(cls)
             ext = PROBES[y][:j].encode("utf-8") if j >= 0 else None
-            if ext is not None and ext not in bad and row is not None and self.bpe_b[y][j][row]:
+            if ext is not None and ext not in bad and row >= 0 and self._b_bit(row, y, j):
                 return True
         return False
+
+    def _b_bit(self, row: int, y: int, j: int) -> bool:
+        bit = _Y_OFFSET[y] + j
+        return bool((int(self.bbits[bit // 64, row]) >> (bit % 64)) & 1)
 
     def _scalar_end(self, state: int, classes: list[int]) -> int:
         rec = -1
@@ -529,6 +732,47 @@ class LeafTables:
             if state == ClassMachine.DEAD:
                 break
         return rec
+
+
+def _state_id(machine: ClassMachine, pcs: tuple[int, ...]) -> int:
+    """The machine's number for the state with thread list ``pcs``, registering it as
+    its own stepping would (the machine numbers states in the order it meets them)."""
+    ids = machine._state_ids  # (the machine has no public lookup)
+    sid = ids.get(pcs)
+    if sid is None:
+        sid = ids[pcs] = len(machine.state_pcs)
+        machine.state_pcs.append(pcs)
+    return sid
+
+
+def load_checked(path: Path | None) -> dict[str, np.ndarray] | None:
+    """The leaf tables saved at ``path``, or None when there are none, or when the file
+    is damaged (a bad CRC, a torn write), of another version, or inconsistent: the
+    caller then rebuilds them rather than trust it."""
+    try:
+        a = load_arrays(path)
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+        return None
+    if a is None or sorted(a) != sorted(_SAVED) or str(a["version"]) != VCT_CACHE_VERSION:
+        return None
+    rows, seqs, states = len(a["row_tok"]), len(a["seq_len"]), len(a["state_pcs_len"])
+    shapes_ok = (
+        all(len(a[k]) == rows for k in ("row_len", "row_partial", "row_seq", "fresh_bits"))
+        and a["bbits"].shape == (_WORDS, rows)
+        and a["runs_rec"].shape == a["runs_fin"].shape
+        and a["runs_rec"].shape[1:] == (seqs,)
+        and 0 < len(a["runs_rec"]) <= states
+        and int(a["seq_len"].sum()) == len(a["seq_cols"])
+        and int(a["state_pcs_len"].sum()) == len(a["state_pcs"])
+    )
+    if not shapes_ok or not rows or not seqs:
+        return None
+    in_range = (
+        int(a["row_seq"].max()) < seqs
+        and int(a["runs_fin"].max()) < states
+        and np.array_equal(a["seq_len"][a["row_seq"]], a["row_len"])
+    )
+    return a if in_range else None
 
 
 def load_arrays(path: Path | None) -> dict[str, np.ndarray] | None:
