@@ -417,16 +417,16 @@ class Engine:
         """
         if self._ends_at is None:
             endings = sorted(set(PROBE_ENDINGS) - {b""})
-            width = max(map(len, endings))
-            found: dict[bytes, list[int]] = {e: [] for e in endings}
-            for i, word in enumerate(self.sorted_keys):
-                for k in range(1, min(width, len(word)) + 1):
-                    if word[-k:] in found:
-                        found[word[-k:]].append(i)
+            # the vocabulary's bytes end to end: a word's last k bytes, read at its end
+            flat = np.frombuffer(b"".join(self.sorted_keys), dtype=np.uint8)
+            stop = np.cumsum(self.sorted_len)
             span = len(self.sorted_keys) + 1
-            shifted = [
-                np.asarray(found[e], dtype=np.int64) + k * span for k, e in enumerate(endings)
-            ]
+            shifted = []
+            for k, e in enumerate(endings):
+                hit = self.sorted_len >= len(e)
+                for back, byte in enumerate(reversed(e), start=1):
+                    hit &= flat[np.maximum(stop - back, 0)] == byte
+                shifted.append(np.flatnonzero(hit) + k * span)
             self._ends_at = (endings, np.concatenate(shifted), span)
         endings, positions, span = self._ends_at
         base = np.arange(len(endings), dtype=np.int64) * span

@@ -27,6 +27,7 @@ from midword.engine.leaf_tables import (
 from midword.engine.pretok import ClassMachine
 from midword.engine.tables import engine_for
 from midword.engine.tokenizer import load_tokenizer
+from midword.engine.utf8 import PROBE_ENDINGS
 
 from midword.models import shipped_test_model
 from midword.testing import tokenizer_path
@@ -213,3 +214,14 @@ def test_an_inconsistent_cache_file_is_not_trusted(
         save_arrays(path, saved)
     assert load_checked(path) is None
     _assert_same_tables(_reload(path), built)
+
+
+def test_ending_runs_equal_a_scan_of_the_vocabulary(tables: LeafTables) -> None:
+    """`Engine._ending_runs` (found with array operations on the first tree of a
+    session) lists, per probe ending, exactly the tokens in the range that end with it."""
+    engine = tables.engine
+    keys = engine.sorted_keys  # type: ignore[attr-defined]
+    endings = sorted(set(PROBE_ENDINGS) - {b""})
+    for lo, hi in [(0, len(keys)), engine.token_range(b"re"), engine.token_range(b" s")]:
+        want = [(e, [i for i in range(lo, hi) if keys[i].endswith(e)]) for e in endings]
+        assert engine._ending_runs(lo, hi) == [(e, w) for e, w in want if w]  # type: ignore[attr-defined]
