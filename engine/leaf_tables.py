@@ -105,8 +105,9 @@ _ZERO = np.uint64(0)
 _SAVED = (
     "version", "sigs", "row_tok", "row_len", "row_partial", "row_seq", "seq_len", "seq_cols",
     "needs_exact", "norm_bad", "fresh_bits", "bbits", "runs_rec", "runs_fin", "state_pcs",
-    "state_pcs_len",
+    "state_pcs_len", "probes", "probe_ends",
 )  # fmt: skip
+_PROBES_KEY = np.frombuffer(repr(PROBES).encode(), dtype=np.uint8)  # the bit layout's probes
 
 
 def _set_bits(words: np.ndarray, bit: int, mask: np.ndarray) -> None:
@@ -148,6 +149,7 @@ class LeafTables:
         self._local: dict[int, int] = {}  # machine state -> local state
         self._extra_runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # states not cached
         self._bits: _ProbeBits | None = None
+        self._ends_known = np.zeros((0, len(PROBES)), dtype=np.int16)  # per local state
         self._build_cols: list[np.ndarray] | None = None
         cache = engine.cache_file("leaf")
         saved = load_checked(cache)
@@ -237,6 +239,8 @@ class LeafTables:
             "runs_fin": self.runs_fin,
             "state_pcs": np.array([pc for p in pcs for pc in p], dtype=np.int32),
             "state_pcs_len": np.array([len(p) for p in pcs], dtype=np.int32),
+            "probes": _PROBES_KEY,
+            "probe_ends": self._probe_bits().ends,
         }
 
     def _restore(self, a: dict[str, np.ndarray]) -> None:
@@ -254,6 +258,7 @@ class LeafTables:
         for lo, hi in zip([0, *ends[:-1]], ends, strict=True):
             self._local_of(_state_id(self.machine, tuple(flat[lo:hi])))
         self._set_runs(a["runs_rec"], a["runs_fin"])
+        self._ends_known = a["probe_ends"]
 
     @staticmethod
     def _split_columns(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
@@ -565,7 +570,10 @@ class LeafTables:
         states = self._local_states
         if self._bits is not None and len(self._bits.open_) == len(states):
             return self._bits
-        ends = self._probe_ends(states)
+        if len(self._ends_known) < len(states):  # scalar runs for states met since
+            more = self._probe_ends(states[len(self._ends_known) :])
+            self._ends_known = np.concatenate([self._ends_known, more])
+        ends = self._ends_known
         open_ = np.zeros(len(states), dtype=np.uint64)
         open_x = np.zeros((_WORDS, len(states)), dtype=np.uint64)
         ends_x = np.zeros((_WORDS, len(states)), dtype=np.uint64)
@@ -755,6 +763,8 @@ def load_checked(path: Path | None) -> dict[str, np.ndarray] | None:
         return None
     if a is None or sorted(a) != sorted(_SAVED) or str(a["version"]) != VCT_CACHE_VERSION:
         return None
+    if not np.array_equal(a["probes"], _PROBES_KEY):
+        return None  # the bits stand for other probes
     rows, seqs, states = len(a["row_tok"]), len(a["seq_len"]), len(a["state_pcs_len"])
     shapes_ok = (
         all(len(a[k]) == rows for k in ("row_len", "row_partial", "row_seq", "fresh_bits"))
@@ -764,6 +774,7 @@ def load_checked(path: Path | None) -> dict[str, np.ndarray] | None:
         and 0 < len(a["runs_rec"]) <= states
         and int(a["seq_len"].sum()) == len(a["seq_cols"])
         and int(a["state_pcs_len"].sum()) == len(a["state_pcs"])
+        and a["probe_ends"].shape == (states, len(PROBES))
     )
     if not shapes_ok or not rows or not seqs:
         return None

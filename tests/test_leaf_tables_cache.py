@@ -75,6 +75,8 @@ def test_cached_runs_equal_fresh_walks(tables: LeafTables) -> None:
         rec, fin = tables._walk(state)
         assert np.array_equal(rec, tables.runs_rec[k]), state
         assert np.array_equal(states[fin], states[tables.runs_fin[k]]), state
+    cached = _cached_states(tables)  # and where each probe ends the attempt, per state
+    assert np.array_equal(tables._probe_ends(cached), tables._ends_known[: len(cached)])
 
 
 def test_cached_runs_equal_the_scalar_machine(tables: LeafTables) -> None:
@@ -192,7 +194,14 @@ def test_a_damaged_cache_file_is_rebuilt(small_cache: tuple[Path, LeafTables]) -
 
 @pytest.mark.parametrize(
     "damage",
-    ["truncated", "other version", "missing key", "state row lost", "state out of range"],
+    [
+        "truncated",
+        "other version",
+        "missing key",
+        "state row lost",
+        "state out of range",
+        "other probes",
+    ],
 )
 def test_an_inconsistent_cache_file_is_not_trusted(
     small_cache: tuple[Path, LeafTables], damage: str
@@ -207,6 +216,8 @@ def test_an_inconsistent_cache_file_is_not_trusted(
             saved["version"] = np.array(str(int(VCT_CACHE_VERSION) - 1))
         elif damage == "missing key":
             del saved["bbits"]
+        elif damage == "other probes":
+            saved["probes"] = saved["probes"][:-1]
         elif damage == "state row lost":
             saved["runs_rec"] = saved["runs_rec"][:, :-1]
         else:
