@@ -25,7 +25,7 @@ from .utf8 import ENDING_INDEX, PROBE_ENDINGS, PROBES, complete_head, nfc_bounda
 from .validity import Validity
 
 CONTINUES_MEMO_SIZE = 1 << 15  # remembered LeafTables.continues verdicts (~250 bytes each)
-VCT_CACHE_VERSION = "6"  # bump when the cached per-token tables change meaning (the leaf
+VCT_CACHE_VERSION = "7"  # bump when the cached per-token tables change meaning (the leaf
 # cache also keys runs by the class machine's thread lists: bump when those change too)
 
 
@@ -150,7 +150,6 @@ class LeafTables:
         self._extra_runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # states not cached
         self._bits: _ProbeBits | None = None
         self._ends_known = np.zeros((0, len(PROBES)), dtype=np.int16)  # per local state
-        self._build_cols: list[np.ndarray] | None = None
         cache = engine.cache_file("leaf")
         saved = load_checked(cache)
         if saved is not None:
@@ -167,7 +166,6 @@ class LeafTables:
         if saved is None:
             self._build_tables()
             save_arrays(cache, self._arrays())
-        self._build_cols = None  # build-time only (tests derive `cols` on demand)
         self._row_of: np.ndarray | None = None
         self.fresh_tok = self._tok_mask(self.fresh_bits != 0)
         # fixed per tokenizer: tokens the tables leave to encoding, or that never come out
@@ -191,6 +189,8 @@ class LeafTables:
             for j, mask in enumerate(per_j):
                 _set_bits(self.bbits, _Y_OFFSET[y] + j, mask)
         self.fresh_bits = self._fresh_bits(bpe_a)
+        self.bbits[:, self._placeholders] = 0  # rows of tokens without text: never leaves
+        self.fresh_bits[self._placeholders] = 0
 
     def clear_caches(self) -> None:
         """Forget the kept token masks per chain, ``continues`` verdicts and runs from
@@ -271,52 +271,58 @@ class LeafTables:
         """One row per token that starts on a character: the classes of its characters;
         a token that ends inside a character gets one row per class of the characters
         that complete it (the same completions the oracle tries). Rows with the same
-        classes share one class sequence (``row_seq``): the machine runs per sequence."""
-        seqs: list[tuple[int, ...]] = []
-        toks: list[int] = []
-        partial_rows: list[bool] = []
-        for i, b in enumerate(self.tok.token_bytes):
+        classes share one class sequence (``row_seq``): the machine runs per sequence.
+
+        Row ``t`` is token ``t``'s first row (a token without rows gets a placeholder,
+        whose bits :meth:`_build_tables` clears), so the first ``vocabulary size`` rows of
+        a row mask are already a token mask; further rows of partial tokens follow."""
+        rows: list[list[tuple[int, ...]]] = []  # per token: its rows' class sequences
+        for b in self.tok.token_bytes:
+            rows.append([])
             if b is None or 0x80 <= b[0] < 0xC0:
                 continue
             text, partial = split_lenient(b)
             if not text and not partial:
                 continue
-            head = self.machine.classes(text)
+            head = tuple(self.machine.classes(text))
             tails = self._completion_classes(partial) if partial else [None]
-            for c in tails:
-                seqs.append(tuple(head) if c is None else (*head, c))
-                toks.append(i)
-                partial_rows.append(c is not None)
-        order = sorted(range(len(seqs)), key=lambda r: -len(seqs[r]))
-        self.row_tok = np.array([toks[r] for r in order], dtype=np.int64)
-        self.row_len = np.array([len(seqs[r]) for r in order], dtype=np.int16)
-        self.row_partial = np.array([partial_rows[r] for r in order], dtype=bool)
-        index: dict[tuple[int, ...], int] = {}  # sequences longest first, as the rows
+            rows[-1] = [head if c is None else (*head, c) for c in tails]
+        distinct = sorted({s for per in rows for s in per}, key=lambda s: (-len(s), s))
+        index = {s: k for k, s in enumerate(distinct)}  # longest first: columns are prefixes
+        placeholder = len(distinct) - 1  # a shortest sequence: cheapest to check
+        extra = [(t, s) for t, per in enumerate(rows) for s in per[1:]]
+        self.row_tok = np.array([*range(len(rows)), *(t for t, _ in extra)], dtype=np.int64)
         self.row_seq = np.array(
-            [index.setdefault(seqs[r], len(index)) for r in order], dtype=np.int32
+            [index[per[0]] if per else placeholder for per in rows] + [index[s] for _, s in extra],
+            dtype=np.int32,
         )
-        self.seq_len = np.array([len(s) for s in index], dtype=np.int16)
-        flat = np.array([c for s in index for c in s], dtype=np.int32)  # sequence-major
+        self._placeholders = [t for t, per in enumerate(rows) if not per]
+        partial = [bool(per) and self._ends_inside(t) for t, per in enumerate(rows)]
+        self.row_partial = np.array(partial + [True] * len(extra), dtype=bool)
+        self.seq_len = np.array([len(s) for s in distinct], dtype=np.int16)
+        self.row_len = self.seq_len[self.row_seq]
+        flat = np.array([c for s in distinct for c in s], dtype=np.int32)  # sequence-major
         starts = np.cumsum([0, *self.seq_len.tolist()])[:-1]
         self.seq_cols = [
             flat[starts[: int((self.seq_len > i).sum())] + i]
             for i in range(int(self.seq_len.max()))
         ]
 
-    @property
-    def cols(self) -> list[np.ndarray]:
-        """Column i: the i-th class of every row longer than i (rows sorted longest
-        first), derived from the class sequences (the build and tests read it)."""
-        if self._build_cols is None:
-            self._build_cols = [
-                col.take(self.row_seq[: int((self.row_len > i).sum())])
-                for i, col in enumerate(self.seq_cols)
-            ]
-        return self._build_cols
+    def _ends_inside(self, t: int) -> bool:
+        b = self.tok.token_bytes[t]
+        return b is not None and bool(split_lenient(b)[1])
+
+    def row_classes(self, row: int) -> list[int]:
+        """The classes of a row's characters (its text's, then the completing one's)."""
+        seq = int(self.row_seq[row])
+        return [int(self.seq_cols[i][seq]) for i in range(int(self.seq_len[seq]))]
 
     def _tok_mask(self, rows: np.ndarray) -> np.ndarray:
-        out = np.zeros(self.tok.size, dtype=bool)
-        out[self.row_tok[rows]] = True
+        """Tokens with some row in ``rows`` (row t is token t's first)."""
+        size = self.tok.size
+        out = rows[:size].copy()
+        more = rows[size:]
+        out[self.row_tok[size:][more]] = True
         return out
 
     # -------------------------------------------------------------- BPE side
@@ -778,8 +784,11 @@ def load_checked(path: Path | None) -> dict[str, np.ndarray] | None:
     )
     if not shapes_ok or not rows or not seqs:
         return None
+    vocab = len(a["needs_exact"])
     in_range = (
-        int(a["row_seq"].max()) < seqs
+        rows >= vocab
+        and np.array_equal(a["row_tok"][:vocab], np.arange(vocab))  # row t: token t's
+        and int(a["row_seq"].max()) < seqs
         and int(a["runs_fin"].max()) < states
         and np.array_equal(a["seq_len"][a["row_seq"]], a["row_len"])
     )

@@ -27,7 +27,7 @@ from midword.engine.leaf_tables import (
 from midword.engine.pretok import ClassMachine
 from midword.engine.tables import engine_for
 from midword.engine.tokenizer import load_tokenizer
-from midword.engine.utf8 import PROBE_ENDINGS
+from midword.engine.utf8 import PROBE_ENDINGS, split_lenient
 
 from midword.models import shipped_test_model
 from midword.testing import tokenizer_path
@@ -89,6 +89,34 @@ def test_cached_runs_equal_the_scalar_machine(tables: LeafTables) -> None:
             rec, after = _scalar_walk(tables.machine, state, classes)
             assert int(tables.runs_rec[k, q]) == rec, (state, q)
             assert tables._local_states[int(tables.runs_fin[k, q])] == after, (state, q)
+
+
+def test_rows_spell_their_tokens(tables: LeafTables) -> None:
+    """Row t is token t's first row; a token without text has a row that never leaves;
+    a row's classes are its token's characters' (then the completing character's)."""
+    size, tok = tables.tok.size, tables.tok
+    assert np.array_equal(tables.row_tok[:size], np.arange(size))
+    assert tables.row_partial[size:].all()  # later rows: other completions of a partial
+    rng = random.Random(7)
+    for t in rng.sample(range(size), 300):
+        b = tok.token_bytes[t]
+        text, partial = split_lenient(b) if b is not None else ("", b"")
+        if b is None or 0x80 <= b[0] < 0xC0 or not (text or partial):
+            assert not tables.fresh_bits[t] and not tables.bbits[:, t].any(), t
+        elif not partial:
+            assert tables.row_classes(t) == tables.machine.classes(text), t
+        else:
+            assert tables.row_classes(t)[:-1] == tables.machine.classes(text), t
+
+
+def test_token_masks_take_every_row_of_a_token(tables: LeafTables) -> None:
+    rng = np.random.default_rng(3)
+    for density in (0.001, 0.3, 0.9):
+        rows = rng.random(len(tables.row_tok)) < density
+        want = np.zeros(tables.tok.size, dtype=bool)
+        for r in np.flatnonzero(rows).tolist():
+            want[tables.row_tok[r]] = True
+        assert np.array_equal(tables._tok_mask(rows), want), density
 
 
 def _chains(tables: LeafTables, seed: int) -> list[tuple[int, ...]]:
