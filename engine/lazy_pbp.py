@@ -23,6 +23,15 @@ Greedy is best-first search: a node's path log-probability bounds every leaf bel
 (log-probs are <= 0), so nodes are expanded from the likeliest while they can still
 beat the best leaf found; ties go to the leaf `LeafSet` lists first, as there.
 
+Drawn nodes (``draw``, for a remote model that can sample but would have to send a whole
+row to be read): a node without internal children whose leaves the caller samples by
+drawing a token from ``p(. | node)``, without its row. Its bound stays 1, the exact mass
+of its row; a walk that picks it draws a token: a leaf ends the round accepted, any other
+token rejects it. A leaf then ends a round with probability ``P(path) p(leaf) / B[root]``
+as before, so the sample stays exact without the node's leaf mass. After ``draw_tries``
+rejections at a node its row is fetched after all (a model with most of its mass on
+tokens that are not leaves there would otherwise keep drawing).
+
 >>> engine = load_engine("models/default")                             # doctest: +SKIP
 >>> vct = VCT(engine); vct.push_bytes(b"    self.assertEq"); tree = vct.tree()  # doctest: +SKIP
 >>> session = FakeModel(engine.tok.size).session(bos_id=0)             # doctest: +SKIP
@@ -35,7 +44,7 @@ beat the best leaf found; ties go to the leaf `LeafSet` lists first, as there.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,11 +54,13 @@ from .backend import BackendError, TokenPath
 from .sampling import NEG_INF
 from .vct import Tree
 
-__all__ = ["Draws", "LazyLeaf", "LazyTree", "RowFetch"]
+__all__ = ["Draws", "LazyLeaf", "LazyTree", "RowFetch", "TokenDraw"]
 
 # rows for the given node paths; the last one is new, the others were asked before (a
 # tree session keeps only the nodes of its last call, so all are asked every time)
 RowFetch = Callable[[list[TokenPath]], Sequence[np.ndarray]]
+# one token drawn from p(. | node) after the node with this path (any token of the vocabulary)
+TokenDraw = Callable[[TokenPath], int]
 
 
 class Draws(Protocol):
@@ -61,8 +72,9 @@ class Draws(Protocol):
 @dataclass(frozen=True)
 class LazyLeaf:
     """The chosen leaf: ``sequence`` (path + leaf token) below the trunk, its log-probability
-    given the trunk (unnormalized over the tree: the tree's total is never computed), and
-    how many tree nodes were scored (the node at the trunk's end included)."""
+    given the trunk (unnormalized over the tree: the tree's total is never computed; NaN
+    for a leaf drawn without its node's row), and how many tree nodes were scored (the
+    node at the trunk's end included)."""
 
     sequence: tuple[int, ...]
     logprob: float
@@ -85,7 +97,9 @@ class LazyTree:
 
     ``transform`` maps a node's log-prob row to the row sampled from (temperature,
     top-k, top-p: any per-row transform; identity by default). ``events`` are extra
-    leaves (the model's special tokens) of the node ``tree.complete``.
+    leaves (the model's special tokens) of the node ``tree.complete``. ``drawn``: paths of
+    nodes without internal children that `sample` samples through ``draw`` (see the module
+    docstring; identity transform only), each until ``draw_tries`` draws were rejected.
     """
 
     def __init__(
@@ -94,6 +108,10 @@ class LazyTree:
         fetch: RowFetch,
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
         events: np.ndarray | None = None,
+        *,
+        draw: TokenDraw | None = None,
+        drawn: Collection[TokenPath] = (),
+        draw_tries: int = 8,
     ) -> None:
         self.tree = tree
         self._fetch = fetch
@@ -112,6 +130,10 @@ class LazyTree:
             self._node_lp[0] = 0.0
         self._bound = np.ones(len(tree.nodes))  # [N] U: bound on the mass below each node
         self.rejections = 0  # rounds that ended without a leaf (each scored a new node)
+        self._draw = draw
+        self._drawing = self._drawn_nodes(drawn)  # node indices sampled through draw
+        self._misses = dict.fromkeys(self._drawing, 0)  # rejected draws per drawn node
+        self._draw_tries = draw_tries
 
     @property
     def scored(self) -> int:
@@ -121,7 +143,10 @@ class LazyTree:
     # ------------------------------------------------------------------ sampling
     def sample(self, rng: Draws) -> LazyLeaf:
         """One leaf drawn exactly in proportion to its (transformed) path probability."""
-        self._need_root()
+        if 0 not in self._drawing:
+            self._need_root()
+        elif not self.tree.nodes:
+            raise BackendError("no token sequence covers this prefix")
         while True:
             leaf = self._round(rng)
             if leaf is not None:
@@ -133,6 +158,9 @@ class LazyTree:
             raise BackendError("nothing to sample: every covering has probability zero")
         i = 0
         while True:
+            if i in self._drawing:
+                return self._drawn_leaf(i)
+            self._score(i)  # only a root whose draws gave up is not scored yet
             node = self._scored[i]
             children = self._children[i]
             weights = node.child_p * self._bound[children]  # [C] p(child) * U(child)
@@ -140,13 +168,38 @@ class LazyTree:
             if draw < node.leaf_mass:
                 return self._leaf(i, _select(node.leaf_p, draw))
             child = children[_select(weights, draw - node.leaf_mass)]
-            if child not in self._scored:
+            if child not in self._scored and child not in self._drawing:
                 self._score(child)
                 # the child was proposed with bound 1: go on with probability B(child) / 1
                 if rng.random() >= self._bound[child]:
                     self.rejections += 1
                     return None
             i = child
+
+    def _drawn_leaf(self, i: int) -> LazyLeaf | None:
+        """A token drawn after drawn node i: its leaf, or None (a rejected round)."""
+        assert self._draw is not None
+        path = self.tree.nodes[i].path
+        token = int(self._draw(path))
+        if np.any(self._leaves(i) == token):
+            return LazyLeaf(path + (token,), float("nan"), self.scored)
+        self.rejections += 1
+        self._misses[i] += 1
+        if self._misses[i] >= self._draw_tries:
+            self._drawing.discard(i)  # its row decides from the next walk into it on
+        return None
+
+    def _drawn_nodes(self, paths: Collection[TokenPath]) -> set[int]:
+        """Indices of the nodes at ``paths``; each must be childless (its bound is 1)."""
+        if not paths:
+            return set()
+        if self._draw is None or self._transform is not None:
+            raise ValueError("drawn nodes need a draw and the identity transform")
+        index = {node.path: i for i, node in enumerate(self.tree.nodes)}
+        nodes = {index[tuple(p)] for p in paths}
+        if any(self._children[i] for i in nodes):
+            raise ValueError("a drawn node must have no internal children")
+        return nodes
 
     # ------------------------------------------------------------------ greedy
     def greedy(self) -> LazyLeaf:

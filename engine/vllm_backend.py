@@ -19,7 +19,12 @@ How each question goes over the wire (``POST /v1/completions``, prompts as token
   used is decided per node: the ids a node needs, if there are at most 128 of them;
 * ordinary generation after the chosen leaf (`RemoteCompleter`): one streamed request
   from the token-id prompt; closing the stream (cancel, stop string, scope cut) makes
-  vLLM abort the request.
+  vLLM abort the request;
+* sampling at temperature 1 never asks the row of a node that ends at the cursor (most
+  of the vocabulary are its leaves): the leaf search (`LazyTree`'s drawn nodes) lets the
+  server draw the token after such a node, in the streamed request that goes on as the
+  completion; a token that is not a leaf there rejects the search's round, the stream
+  is closed and the search starts again (`RemoteCompleter._drawn_leaf`).
 
 Exactness holds as far as the server's float32 log-probs equal the in-process ones (to
 about 1e-5: different kernels and batch compositions; docs/team-server.md). The prompt
@@ -56,9 +61,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .backend import BackendError, TokenPath
-from .generate import Completer, Settings, _Output
-from .lazy_pbp import Draws
-from .sampling import NEG_INF, ByteSampler, Transform
+from .generate import Completer, Completion, Interrupted, Settings, _Output
+from .lazy_pbp import Draws, LazyTree
+from .sampling import NEG_INF, ByteSampler, Transform, session_rows
 
 if TYPE_CHECKING:
     import httpx
@@ -92,6 +97,8 @@ ROW_CACHE_BYTES = 64 << 20  # full rows kept by a session for contexts asked aga
 CHOSEN_ROWS_KEPT = 256
 SHORT_ROW_RETRIES = 8
 GREEDY_TOP_K = 20  # ids a greedy search asks of a node with many leaves (see VLLMSession.expect)
+DRAW_TRIES = 8  # rejected draws at a node before its row is asked (see RemoteCompleter)
+SEED_STEP = 0x9E3779B1  # a draw asked again with a user's seed uses seed + k * SEED_STEP
 NodeReads = dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]  # context -> (leaves, exact)
 # Text whose encoding exercises the tokenizer's pre-tokenizer, merges and byte alphabet.
 TOKENIZER_PROBE = (
@@ -128,6 +135,8 @@ class WireStats:
     top_rows: int = 0
     retries: int = 0  # rows asked again (see VLLMModel._checked_entries)
     streamed_tokens: int = 0
+    leaf_draws: int = 0  # streams opened to draw the token after a node (RemoteCompleter)
+    rejected_draws: int = 0  # of those, the ones whose token was not a leaf there
 
     def copy(self) -> WireStats:
         return WireStats(**self.__dict__)
@@ -713,16 +722,48 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+class _Stream:
+    """A streamed generation kept open: its tokens so far are ``context``; ``tokens``
+    yields the next ones; closing it makes vLLM abort the request."""
+
+    def __init__(self, context: list[int], stack: contextlib.ExitStack, tokens: Iterator[int]):
+        self.context = context
+        self.stack = stack
+        self.tokens = tokens
+
+    def close(self) -> None:
+        self.stack.close()
+
+
 class RemoteCompleter(Completer):
     """`Completer` over a `VLLMModel`: the leaf as in process (chosen ids where they are
-    cheaper), then ordinary generation streamed from the server in one request."""
+    cheaper), then ordinary generation streamed from the server in one request.
+
+    Sampling with the identity transform (temperature 1, no top-k/top-p) draws the
+    token after each node that ends at the cursor from the server instead of reading
+    that node's row (`LazyTree`'s drawn nodes): the stream that drew an accepted leaf
+    goes on as the completion, one that drew another token is closed, and the draw is
+    asked again (with a new seed: ``seed + k * SEED_STEP`` at the k-th draw, when the
+    settings have one). ``draw_leaves = False`` asks those rows instead (whole rows).
+    """
 
     model: VLLMModel
+    draw_leaves = True
 
     def __init__(self, model: VLLMModel, engine: Engine, start_id: int | None = None) -> None:
         super().__init__(model, engine, start_id)
         self.sampler = RemoteByteSampler(model, engine, track_prefix=False, start_id=self.start_id)
         self.session = self.sampler.session
+        self._stream: _Stream | None = None  # the draw that won, until the completion ends
+        self._draws = 0  # draws made for this completion (their seeds differ)
+
+    def complete(self, prefix: bytes, settings: Settings | None = None, **hooks: Any) -> Completion:
+        """`Completer.complete`; a stream left open by a drawn leaf is closed at the end."""
+        self._draws = 0
+        try:
+            return super().complete(prefix, settings or Settings(), **hooks)
+        finally:
+            self._close_stream()
 
     def _lazy_leaf(
         self,
@@ -737,17 +778,126 @@ class RemoteCompleter(Completer):
             return super()._lazy_leaf(tree, transform, s, greedy, rng, out)
         events = None if s.ignore_eos else self.sampler.event_ids
         with self.session.expect(tree_reads(tree, events), greedy=greedy):
-            return super()._lazy_leaf(tree, transform, s, greedy, rng, out)
+            drawn = [] if greedy or s.ignore_eos else self._drawable(tree, events)
+            if not drawn:
+                return super()._lazy_leaf(tree, transform, s, greedy, rng, out)
+            return self._drawn_leaf(tree, drawn, s, rng, out, events)
+
+    def _drawable(self, tree: Tree, events: np.ndarray | None) -> list[tuple[int, ...]]:
+        """Paths of the nodes whose leaves are drawn: those ending at the cursor (no
+        internal children) that would be asked as whole rows (more than 128 ids)."""
+        if not self.draw_leaves:
+            return []
+        n_events = len(events) if events is not None else 0
+        ids = [
+            len(node.leaves) + (n_events if node.path == tree.complete else 0)
+            for node in tree.nodes
+        ]
+        return [
+            node.path
+            for node, n in zip(tree.nodes, ids, strict=True)
+            if node.ends_at_prefix_end and n > MAX_CHOSEN_IDS
+        ]
+
+    def _drawn_leaf(
+        self,
+        tree: Tree,
+        drawn: list[tuple[int, ...]],
+        s: Settings,
+        rng: Draws,
+        out: _Output,
+        events: np.ndarray | None,
+    ) -> tuple[int, ...]:
+        """The leaf of a `LazyTree` whose nodes at ``drawn`` are sampled by the server."""
+
+        def fetch(paths: list[tuple[int, ...]]) -> Sequence[np.ndarray]:
+            self._interrupt(out)
+            self._close_stream()  # a draw before a row was rejected: stop its generation
+            return session_rows(self.session, tree.trunk, paths)
+
+        def draw(path: tuple[int, ...]) -> int:
+            self._interrupt(out)
+            return self._draw(list(tree.trunk) + list(path), s)
+
+        before = self._draws
+        lazy = LazyTree(tree, fetch, None, events, draw=draw, drawn=drawn, draw_tries=DRAW_TRIES)
+        leaf = lazy.sample(rng).sequence
+        stream = self._stream
+        taken = stream is not None and stream.context == list(tree.trunk) + list(leaf)
+        if not taken:
+            self._close_stream()  # a rejected draw's: the leaf came from a row
+        self.model.client.stats.rejected_draws += self._draws - before - int(taken)
+        return leaf
+
+    @staticmethod
+    def _interrupt(out: _Output) -> None:
+        if out.should_stop is not None and out.should_stop():
+            raise Interrupted("completion interrupted")
+
+    def _draw(self, context: list[int], s: Settings) -> int:
+        """One token from the server after ``context`` (temperature 1), its stream kept
+        open (`_Stream`) to go on as the completion when the token is taken."""
+        self._close_stream()
+        prompt = self.session.prompt(context)
+        max_tokens = max(1, min(s.max_tokens, self.model.max_context - len(prompt)))
+        seed = None if s.seed is None else (s.seed + self._draws * SEED_STEP) % (1 << 63)
+        self._draws += 1
+        body = {**self._stream_body(prompt, max_tokens, s), "seed": seed}
+        if seed is None:
+            del body["seed"]
+        stack = contextlib.ExitStack()
+        try:
+            chunks = stack.enter_context(self.model.client.stream_completion(body))
+            tokens = self._stream_tokens(chunks)
+            token = next(tokens, None)
+        except BaseException:
+            stack.close()
+            raise
+        stats = self.model.client.stats
+        stats.leaf_draws += 1
+        if token is None:
+            stack.close()
+            raise EngineRefused(f"engine at {self.model.client.url} generated no token")
+        stats.streamed_tokens += 1
+        self._stream = _Stream(context + [token], stack, tokens)
+        return token
+
+    def _close_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+    def _stream_tokens(self, chunks: Iterator[dict[str, Any]]) -> Iterator[int]:
+        """The generated token ids of a stream, in order. A stop the server reports
+        without its token is the ``stop_reason`` token, or the model's end-of-text token
+        when it names none (vLLM's ``stop_reason`` is None only for that one)."""
+        for chunk in chunks:
+            choice = (chunk.get("choices") or [{}])[0]
+            ids = choice.get("token_ids") or []
+            yield from (int(t) for t in ids)
+            if choice.get("finish_reason") == "stop" and not ids:
+                stop = choice.get("stop_reason")
+                stop = stop if isinstance(stop, int) else self.model.eos_token_id
+                if stop is None:
+                    stop = int(self._special_ids[0]) if len(self._special_ids) else -1
+                yield int(stop)
+            if choice.get("finish_reason"):
+                return
 
     def _generate(
         self, context: list[int], s: Settings, rng: Draws, out: _Output, budget: int
     ) -> int:
-        """Ordinary generation after ``context``, streamed; the stream is closed (vLLM
-        aborts the request) at a stop string, a scope cut, the deadline or a cancel.
+        """Ordinary generation after ``context``, streamed (going on with the stream that
+        drew the leaf, when one did); the stream is closed (vLLM aborts the request) at a
+        stop string, a scope cut, the deadline or a cancel.
 
         ``ignore_eos`` masks every special token, which vLLM cannot: row by row then."""
         if s.ignore_eos or budget <= 0:
             return super()._generate(context, s, rng, out, budget)
+        stream = self._stream
+        if stream is not None and stream.context == context:
+            return self._consume(stream.tokens, context, out, budget)
+        self._close_stream()
         if out.before_step():
             return 0
         prompt = self.session.prompt(context)
@@ -755,44 +905,52 @@ class RemoteCompleter(Completer):
         if max_tokens <= 0:
             out.reason = "max_tokens"
             return 0
-        made = 0
-        stats = self.model.client.stats
         with self.model.client.stream_completion(
             self._stream_body(prompt, max_tokens, s)
         ) as chunks:
-            for chunk in chunks:
-                choice = (chunk.get("choices") or [{}])[0]
-                for token in choice.get("token_ids") or []:
-                    made += 1
-                    stats.streamed_tokens += 1
-                    if token in self._special:
-                        out.reason = "eos"
-                        return made
-                    context.append(int(token))
-                    if out.add(self.tok.token_bytes[token] or b""):
-                        return made
-                    if made < max_tokens and out.before_step():
-                        return made
-                if choice.get("finish_reason") == "stop":
-                    out.reason = "eos"  # a stop token the server left out of token_ids
-                    return made
+            return self._consume(self._stream_tokens(chunks), context, out, max_tokens)
+
+    def _consume(self, tokens: Iterator[int], context: list[int], out: _Output, budget: int) -> int:
+        """Read up to ``budget`` tokens of a stream into ``context`` and ``out``."""
+        made = 0
+        stats = self.model.client.stats
+        if out.before_step():
+            return 0
+        for token in tokens:
+            made += 1
+            stats.streamed_tokens += 1
+            if token in self._special:
+                out.reason = "eos"
+                return made
+            context.append(token)
+            if out.add(self.tok.token_bytes[token] or b""):
+                return made
+            if made >= budget or out.before_step():
+                break
         out.reason = out.reason or "max_tokens"
         return made
 
     def _stream_body(self, prompt: list[int], max_tokens: int, s: Settings) -> dict[str, Any]:
+        """The request of a streamed generation. Every sampling parameter is set (the
+        neutral value where midword has none): the server would otherwise fill them
+        from the model's generation_config.json (a repetition penalty, say), and sample
+        from another distribution than the model's."""
         body: dict[str, Any] = {
             "model": self.model.name,
             "prompt": prompt,
             "max_tokens": max_tokens,
             "temperature": float(s.temperature),
             "top_p": float(s.top_p),
+            "top_k": int(s.top_k),
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
             "return_token_ids": True,
             "add_special_tokens": False,
             "skip_special_tokens": False,
             "stop_token_ids": sorted(int(i) for i in self._special_ids),
         }
-        if s.top_k > 0:
-            body["top_k"] = int(s.top_k)
         if s.seed is not None and s.temperature > 0:
             body["seed"] = int(s.seed)
         return body
