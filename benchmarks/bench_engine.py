@@ -5,10 +5,19 @@ SentencePiece, whose trees cover everything since the last hard boundary).
 
 Resident memory is the growth of VmRSS (/proc/self/status) when a fresh Python process,
 with midword already imported, loads the engine from its on-disk cache: what a server
-holds per tokenizer.
+holds per tokenizer. "First trees" are the first trees another fresh process builds after
+that load (the first keystrokes of a session: nothing kept yet but the disk tables).
 
-The code is this repository's own Python sources, then the Python standard library's
-(local on every machine, nothing downloaded) until there is enough for --push-bytes.
+"Chain caches cleared" forgets built tails and the leaf tables' masks per chain of
+pre-tokenizer states (the tables themselves, per-state runs included, stay: they are the
+engine's, loaded from disk); "every engine cache cleared" also forgets pair validity,
+completions and whole words (:meth:`Engine.clear_caches`).
+
+The code is the Python sources of the checkout this script sits in, then the Python
+standard library's (local on every machine, nothing downloaded) until there is enough for
+--push-bytes. Another checkout's engine can be timed on the same text and tokenizer files:
+``PYTHONPATH=<a folder whose midword/ links that checkout's packages>`` (run it outside a
+checkout, so that the current folder does not shadow it).
 
 Run: python benchmarks/bench_engine.py [--tokenizers llama3,gpt4o] [--cuts 30] [--push-bytes 20000]
 """
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import random
 import statistics
 import subprocess
@@ -26,8 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from midword.testing import CHECKOUT_ROOT as ROOT
 from midword.testing import tokenizer_path
+
+ROOT = Path(__file__).resolve().parent.parent  # this script's checkout: text and fixtures
+FIRST_TREES = 5  # trees timed in a fresh process
 
 
 def _code(need: int) -> bytes:
@@ -62,7 +74,8 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
     from midword.engine.tables import engine_for
     from midword.engine.tokenizer import load_tokenizer
 
-    path = tokenizer_path(name)
+    path = tokenizer_path(name, ROOT)
+    windows = _windows(code, cuts)
     with tempfile.TemporaryDirectory() as cold:
         os.environ["MIDWORD_CACHE"] = cold
         t = time.perf_counter()
@@ -71,11 +84,14 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         t = time.perf_counter()
         engine = engine_for(load_tokenizer(path))
         cached = time.perf_counter() - t
-        resident = _resident_mib(path)
+        resident = _resident_mib(path, cold)
+        first_trees = _first_trees(path, cold, windows[:FIRST_TREES])
     print(
         f"{name}: load first {first:.2f} s, cached {cached:.2f} s, vocab {engine.tok.size}, "
         f"resident +{resident:.0f} MiB"
     )
+    shown = ", ".join(f"{1000 * s:.1f}" for s in first_trees)
+    print(f"  first trees of a fresh process after a cached load (ms): {shown}")
 
     if getattr(engine, "is_sentencepiece", False):
         code = code.replace("\u2581".encode(), b"_")  # SentencePiece reads U+2581 as a space
@@ -98,26 +114,26 @@ def bench(name: str, code: bytes, cuts: int, push_bytes: int) -> None:
         masks.append(time.perf_counter() - t)
     print(f"  successor mask, uncached: {_ms(masks)}")
 
-    builds, colds, warms, keys, extra_nodes, at_end = [], [], [], [], [], 0
-    for _ in range(cuts):
-        cut = rng.randrange(200, len(code))
-        while 0x80 <= code[cut] < 0xC0:
-            cut -= 1
-        window = code[cut - 200 : cut]
+    builds, alls, colds, warms, keys, extra_nodes, at_end = [], [], [], [], [], [], 0
+    for window in windows:
         _clear(engine)
         t = time.perf_counter()
         tree = build_tree(engine, window)
         builds.append(time.perf_counter() - t)
+        engine.clear_caches()
+        t = time.perf_counter()
+        build_tree(engine, window)
+        alls.append(time.perf_counter() - t)
         colds.append(_tree_time(engine, window, clear_tables=True))
         warms.append(_tree_time(engine, window, clear_tables=False))
         keys.append(_keystroke_time(engine, window))
         extra_nodes.append(tree.internal_count - 1)
         at_end += any(n.ends_at_prefix_end for n in tree.nodes)
-    print(
-        f"  tree build (push 200 bytes + tree), caches cleared, {cuts} random cuts: {_ms(builds)}"
-    )
-    print(f"  tree() alone, all caches cleared:                   {_ms(colds)}")
-    print(f"  tree() alone, per-state leaf masks warm:            {_ms(warms)}")
+    print(f"  tree build (push 200 bytes + tree), {cuts} random cuts:")
+    print(f"    chain caches cleared:                             {_ms(builds)}")
+    print(f"    every engine cache cleared:                       {_ms(alls)}")
+    print(f"  tree() alone, chain caches cleared:                 {_ms(colds)}")
+    print(f"  tree() alone, chain masks warm:                     {_ms(warms)}")
     print(f"  keystroke (push 1 byte + tree()), masks warm:        {_ms(keys)}")
     print(
         f"  internal nodes beyond the trunk: mean {statistics.mean(extra_nodes):.2f}; "
@@ -152,16 +168,58 @@ print(rss() - before)
 """
 
 
-def _resident_mib(path: Path) -> float:
+def _windows(code: bytes, cuts: int) -> list[bytes]:
+    """The 200 bytes before each of ``cuts`` random cut points (whole characters)."""
+    rng = random.Random(1)
+    out = []
+    for _ in range(cuts):
+        cut = rng.randrange(200, len(code))
+        while 0x80 <= code[cut] < 0xC0:
+            cut -= 1
+        out.append(code[cut - 200 : cut])
+    return out
+
+
+def _resident_mib(path: Path, folder: str) -> float:
     """VmRSS growth (MiB) of a fresh process loading the engine (cache in $MIDWORD_CACHE)."""
+    return int(_child(_RSS_PROBE, [str(path)], folder).split()[-1]) / 1024
+
+
+_FIRST_TREES_PROBE = """
+import pickle, sys, time
+from midword.engine import build_tree
+from midword.engine.tables import engine_for
+from midword.engine.tokenizer import load_tokenizer
+
+engine = engine_for(load_tokenizer(sys.argv[1]))
+with open(sys.argv[2], "rb") as f:
+    windows = pickle.load(f)
+for window in windows:
+    t = time.perf_counter()
+    build_tree(engine, window)
+    print(time.perf_counter() - t)
+"""
+
+
+def _first_trees(path: Path, folder: str, windows: list[bytes]) -> list[float]:
+    """Seconds per tree of a fresh process that loads the engine (cached) and builds
+    trees at ``windows``, in order."""
+    data = Path(folder) / "windows.pickle"
+    data.write_bytes(pickle.dumps(windows))
+    return [float(v) for v in _child(_FIRST_TREES_PROBE, [str(path), str(data)], folder).split()]
+
+
+def _child(script: str, args: list[str], folder: str) -> str:
+    """Stdout of a fresh Python running ``script``, from ``folder`` (not a checkout: the
+    current folder would come first on sys.path and could shadow $PYTHONPATH)."""
     out = subprocess.run(
-        [sys.executable, "-c", _RSS_PROBE, str(path)],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         check=True,
-        cwd=ROOT,
+        cwd=folder,
     )
-    return int(out.stdout.split()[-1]) / 1024
+    return out.stdout
 
 
 def _clear(engine, clear_tables: bool = True) -> None:

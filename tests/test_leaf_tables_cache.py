@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from midword.engine import load_engine
+from midword.engine import build_tree, load_engine
 from midword.engine.leaf_tables import (
     VCT_CACHE_VERSION,
     LeafTables,
@@ -166,6 +166,26 @@ def test_a_state_the_cache_lacks_is_walked_to_the_same_masks(
     assert set(tables._extra_runs) == {s for chain in chains for s in chain}
     tables.clear_caches()
     assert not tables._extra_runs
+
+
+def test_trees_never_walk_the_vocabulary(
+    tables: LeafTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the chain caches cleared, trees over code and mixed text read the cached
+    runs only: no pass over the vocabulary."""
+
+    def walk(state: int) -> None:
+        raise AssertionError(f"walked from state {state}")
+
+    engine = tables.engine
+    engine.clear_caches()  # type: ignore[attr-defined]
+    monkeypatch.setattr(tables, "_walk", walk)
+    text = (Path(__file__).read_text()[:600] + MIXED).encode()
+    for cut in range(20, len(text), 37):
+        while 0x80 <= text[cut] < 0xC0:
+            cut -= 1
+        build_tree(engine, text[max(0, cut - 120) : cut])  # type: ignore[arg-type]
+    assert tables._masks  # the tables were used
 
 
 # ------------------------------------------------------------------ disk cache
