@@ -138,9 +138,9 @@ class LeafTables:
 
     The machine's run over each token's text, from every state the machine can be in
     (a few dozen), is computed when the tables are built and cached on disk with them
-    (per distinct class sequence: tokens share a few times fewer), so a tree never pays
-    a pass over the vocabulary: its masks are a few vector operations on bit sets (see
-    :meth:`masks`), kept per chain of states.
+    (per distinct class sequence of the rows: a few times fewer than tokens), so a tree
+    never pays a pass over the vocabulary: its masks are a few vector operations on bit
+    sets (see :meth:`masks`), kept per chain of states.
     """
 
     def __init__(self, engine: TableSource, machine: ClassMachine) -> None:
