@@ -315,8 +315,12 @@ class _TailBuilder:
         if node.pos == n:
             node.leaves = self._spelled(self._end_children(node))
             return
+        gates = self._gates(node)
+        reach = max((limit for _, limit, _ in gates), default=-1)
         for t, end in self._tokens_from(node.pos):
-            hyps = self._inner_ok(node, t, end)
+            if end > reach:
+                break  # tokens come shortest first: every longer one crosses a split too
+            hyps = self._inner_ok(node, t, end, gates)
             if hyps:
                 child = _Node(node.path + (t,), end, t, node.bounds | {end}, hyps)
                 node.children.append(child)
@@ -365,16 +369,31 @@ class _TailBuilder:
     def _is_split(self, h: Hyp, pos: int) -> bool:
         return pos == 0 or pos in h.inner or (pos == len(self.region) and h.at_end)
 
-    def _inner_ok(self, node: _Node, t: int, end: int) -> tuple[Hyp, ...]:
-        """Hypotheses under which token ``t`` (inside the region) may follow ``node``."""
-        keep = []
-        pos, pair_ok, at_region_end = node.pos, None, node.pos == len(self.region)
+    def _gates(self, node: _Node) -> list[tuple[Hyp, int, bool]]:
+        """Per hypothesis of ``node``: (it, the furthest end a token from ``node.pos`` may
+        have under it, whether a pre-token starts at ``node.pos``). Worked out once per node
+        rather than once per token from it (whitespace runs have many)."""
+        pos, n = node.pos, len(self.region)
+        gates = []
         for h in node.hyps:
             after = self._after.get(id(h)) or self._splits_after(h)
-            if after[pos] < end or (h.stop is not None and end > h.stop):
-                continue  # t would cross a split
-            if pos == 0 or pos in h.inner or (at_region_end and h.at_end):  # _is_split
-                if not self._starts_pretoken(h, pos, t, end):
+            limit = after[pos] if h.stop is None else min(after[pos], h.stop)
+            split = pos == 0 or pos in h.inner or (pos == n and h.at_end)  # _is_split
+            gates.append((h, limit, split))
+        return gates
+
+    def _inner_ok(
+        self, node: _Node, t: int, end: int, gates: list[tuple[Hyp, int, bool]] | None = None
+    ) -> tuple[Hyp, ...]:
+        """Hypotheses under which token ``t`` (inside the region) may follow ``node``
+        (``gates``: `_gates` of ``node``, when the caller keeps them)."""
+        keep = []
+        pair_ok = None
+        for h, limit, split in self._gates(node) if gates is None else gates:
+            if end > limit:
+                continue  # t would cross a split (or reach past an added text's start)
+            if split:
+                if not self._starts_pretoken(h, node.pos, t, end):
                     continue
             else:  # the same verdict under every hypothesis: asked once
                 if pair_ok is None:
@@ -439,6 +458,8 @@ class _TailBuilder:
     def _straddlers(self, node: _Node) -> list[int] | np.ndarray:
         """Tokens that cover the rest of the region from ``node`` and reach past it."""
         rest = self.region[node.pos :]
+        if len(rest) >= self.engine.max_token_len:  # away from the region's end: no token
+            return np.zeros(0, dtype=self.engine.sorted_ids.dtype)  # reaches past it
         lo, hi = self.engine.token_range(rest)
         ids = self.engine.sorted_ids[lo:hi][self.engine.sorted_len[lo:hi] > len(rest)]
         if not len(ids):

@@ -176,9 +176,12 @@ class SingleDocument:
     ) -> Completion:
         prompt = self._move(prefix)  # as prepared: the same cut, nothing rebuilt
         room = self.fit.new_tokens(self.completer.positions_used())
-        settings = replace(settings, max_tokens=min(settings.max_tokens, room))
         return self.completer.complete(
-            prompt, settings, should_stop=should_stop, cut=cut, deadline=deadline
+            prompt,
+            _within(settings, room),
+            should_stop=should_stop,
+            cut=cut,
+            deadline=deadline,
         )
 
     def state(self) -> dict[str, Any]:
@@ -201,6 +204,10 @@ class FimDocument:
         self.cover = _Coverage(completer.engine.missing_bytes)
         self.fit = ContextFit(max_context)
         self._kept: tuple[bytes, bytes] = (b"", b"")  # (suffix, its lines that fit)
+        self._covered = b""  # the bytes the tree covers after the latest move
+        # the latest move: (prefix asked, suffix, prefix used); a request moves to its
+        # prefix, then each of its items asks for the same one again
+        self._moved: tuple[bytes, bytes, bytes] | None = None
 
     @property
     def inference_tokens(self) -> int:
@@ -213,13 +220,26 @@ class FimDocument:
         """Move the live VCT to ``prefix`` cut to fit the model; returns the prefix used."""
         from midword.engine.context_fit import fitted
 
+        moved = self._moved
+        if (
+            moved is not None
+            and moved[0] == prefix
+            and moved[1] == self.suffix
+            and self.fim.completer.sampler.prefix == self._covered
+        ):
+            return moved[2]  # already there: the same cut, the same context
+        self._moved = None  # until this move is done (it may raise)
         suffix = self.kept_suffix()
 
         def build(prompt: bytes) -> int:
-            self.fim.completer.sampler.reset(self.fim.move_to(prompt, suffix))
+            self._covered = self.fim.move_to(prompt, suffix)
+            self.fim.completer.sampler.reset(self._covered)
             return self.fim.positions_used()
 
-        return fitted(self.fit, self.cover(prefix), build)
+        used = fitted(self.fit, self.cover(prefix), build)
+        if self.fim.positions_used() <= self.fit.room or len(used) < 2:
+            self._moved = (prefix, self.suffix, used)  # it fits: moving again changes nothing
+        return used
 
     def kept_suffix(self) -> bytes:
         """The suffix's first lines that fit a third of the room (`suffix_lines`), counted
@@ -249,12 +269,12 @@ class FimDocument:
     def complete(
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
     ) -> Completion:
-        prompt = self._prompt(prefix)  # as prepared: the same cut, nothing rebuilt
+        self._prompt(prefix)  # as prepared: the same cut, nothing rebuilt
         room = self.fit.new_tokens(self.fim.positions_used())
-        return self.fim.complete(
-            prompt,
-            self.kept_suffix(),
-            replace(settings, max_tokens=min(settings.max_tokens, room)),
+        # what FimCompleter.complete does after moving to the prompt, which _prompt just did
+        return self.fim.completer.complete(
+            self._covered,
+            _within(settings, room),
             should_stop=should_stop,
             cut=cut,
             deadline=deadline,
@@ -265,6 +285,14 @@ class FimDocument:
         context = len(self.fim.session.context)
         fim = {"fim": self.fim.template.name, "contextTokens": context, "suffix": self.suffix.hex()}
         return {**tree, **fim, "cutBytes": len(self.fit.dropped)}
+
+
+def _within(settings: Settings, room: int) -> Settings:
+    """``settings`` with at most ``room`` new tokens (the same object when they fit: a
+    dataclass copy per keystroke costs more than the check)."""
+    if settings.max_tokens <= room:
+        return settings
+    return replace(settings, max_tokens=room)
 
 
 class SingleModel:

@@ -116,8 +116,7 @@ def suffix_repeat_cut(cut: Cut, suffix: bytes) -> Cut:
     >>> stop(text), stop("\\n    total = a + b\\n    return tot") is None
     (0, True)
     """
-    below = [line.strip() for line in suffix.decode("utf-8", "replace").split("\n")[1:]]
-    wanted = [line for line in below if line][:MATCH_LINES]
+    wanted = _lines_after_first(suffix.decode("utf-8", "replace"), MATCH_LINES)
     if not wanted:
         return cut
 
@@ -127,6 +126,24 @@ def suffix_repeat_cut(cut: Cut, suffix: bytes) -> Cut:
         return end if repeat is None else repeat
 
     return cut_or_repeat
+
+
+def _lines_after_first(text: str, count: int) -> list[str]:
+    """The first ``count`` non-blank lines of ``text`` after its first line, stripped; read
+    line by line up to them (a suffix holds a few KB, asked about on every keystroke).
+
+    >>> _lines_after_first("x)\\n  a\\n\\n b \\nc\\n", 2), _lines_after_first("x", 2)
+    (['a', 'b'], [])
+    """
+    wanted: list[str] = []
+    start = text.find("\n")
+    while start >= 0 and len(wanted) < count:
+        end = text.find("\n", start + 1)
+        line = text[start + 1 : end if end >= 0 else len(text)].strip()
+        if line:
+            wanted.append(line)
+        start = end
+    return wanted
 
 
 def _repeat_start(text: str, wanted: list[str]) -> int | None:
