@@ -29,7 +29,7 @@ the JSON-RPC transport) on the shipped default model, and prints:
    per-keystroke latency, the part outside forward passes, tokens evaluated per key.
 
     python benchmarks/bench_server.py [--lines 300] [--keys 0] [--tail-keys 150] [--points 40]
-        [--fim-keys 60]
+        [--fim-keys 60] [--texts texts.json]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import os
 import statistics
 import sys
@@ -297,6 +298,12 @@ async def main() -> None:
     parser.add_argument(
         "--fim-keys", type=int, default=60, help="keys typed mid-file, FIM off and on (4.; 0: skip)"
     )
+    parser.add_argument(
+        "--texts",
+        type=Path,
+        help="write section 1's completion texts (a list per key) to this JSON file: two "
+        "commits' files are equal when the speed work changed no completion",
+    )
     args = parser.parse_args()
 
     # the figures are the small shipped model's, whatever the default model is now
@@ -319,6 +326,8 @@ async def main() -> None:
     collections = GCWatch()
     rows = await replay(controller, "", typed, clock, rebuild=False, worker=worker)
     collected = collections.stop()
+    if args.texts:
+        args.texts.write_text(json.dumps([k.answer.texts for k in rows]))
     print("\n1. keystroke replay (server side, in process)")
     print(f"   keys: {len(rows)}; mean server time {_ms(statistics.mean(k.seconds for k in rows))}")
     overhead = [k.seconds - k.forward for k in rows]

@@ -201,6 +201,7 @@ class _Node:
     hyps: tuple[Hyp, ...]
     leaves: list[int] | np.ndarray = field(default_factory=list)
     children: list[_Node] = field(default_factory=list)
+    token_at: dict[int, int] | None = None  # byte offset -> index in path (`_allow`, lazily)
 
 
 class _TailBuilder:
@@ -503,6 +504,8 @@ class _TailBuilder:
         if cands is None:
             verdict[good] = True
             return np.flatnonzero(verdict)
+        if not good:  # the usual case
+            return np.sort(cands[verdict])
         return np.sort(np.concatenate([cands[verdict], np.asarray(good, dtype=cands.dtype)]))
 
     def _configs_at(self, k: int) -> list[Config] | None:
@@ -545,24 +548,43 @@ class _TailBuilder:
             if allow_b and succ is not None:
                 ok = b_tok & succ if cands is None else b_tok[cands] & succ[cands]
                 bad = self._whole_open(self.region[self.byte_offs[s] : node.pos])
-                # continues() is b_tok's condition with some probe endings left out, so
-                # only tokens b_tok & succ keeps can lose their verdict here
-                live = np.flatnonzero(b_tok[bad.ids] & succ[bad.ids]).tolist()
-                drop = [
-                    t
-                    for t, exts in ((int(bad.ids[i]), bad.exts[i]) for i in live)
-                    if not tables.continues(chain, n, t, exts)
-                ]
-                if drop:
-                    ok[drop if cands is None else np.isin(cands, drop)] = False
+                if len(bad.ids):  # none without ignore_merges
+                    self._drop_whole_words(tables, chain, n, bad, b_tok, succ, ok, cands)
                 verdict |= ok
         return verdict
+
+    @staticmethod
+    def _drop_whole_words(
+        tables: LeafTables,
+        chain: tuple,
+        n: int,
+        bad: WholeWords,
+        b_tok: np.ndarray,
+        succ: np.ndarray,
+        ok: np.ndarray,
+        cands: np.ndarray | None,
+    ) -> None:
+        """Clear in ``ok`` the tokens whose whole word with the open attempt is a token of
+        its own for every probe ending (`LeafTables.continues` says no)."""
+        # continues() is b_tok's condition with some probe endings left out, so
+        # only tokens b_tok & succ keeps can lose their verdict here
+        live = np.flatnonzero(b_tok[bad.ids] & succ[bad.ids]).tolist()
+        drop = [
+            t
+            for t, exts in ((int(bad.ids[i]), bad.exts[i]) for i in live)
+            if not tables.continues(chain, n, t, exts)
+        ]
+        if drop:
+            ok[drop if cands is None else np.isin(cands, drop)] = False
 
     def _allow(self, node: _Node, splits: tuple[int, ...], s: int) -> tuple[bool, bool]:
         """May the path be the encoding of the region's pre-tokens before the open attempt
         (A: the attempt ends at the node, B: it goes on into the child)?"""
-        lengths = (len(self.tok.token_bytes[t] or b"") for t in node.path)
-        index = {0: 0} | {e: i + 1 for i, e in enumerate(itertools.accumulate(lengths))}
+        index = node.token_at
+        if index is None:  # a node is asked once per configuration: made once
+            lengths = (len(self.tok.token_bytes[t] or b"") for t in node.path)
+            ends = itertools.accumulate(lengths)
+            index = node.token_at = {0: 0} | {e: i + 1 for i, e in enumerate(ends)}
         cuts = [0, *(self.byte_offs[c] for c in splits)]
         if any(c not in index for c in cuts):
             return False, False
