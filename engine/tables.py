@@ -25,6 +25,7 @@ from .canonical import CanonicalChecks
 from .completions import ByteFacts, Completions, build_completions, utf8_length
 from .leaf_tables import VCT_CACHE_VERSION, LeafTables, load_arrays, save_arrays
 from .pretok import ClassMachine, UnsupportedPattern, signature_groups
+from .saved_words import saved_words_for
 from .sentencepiece import SentencePieceEngine, SentencePieceTokenizer
 from .tail import ONLY_BARE, Hyp, TailCache, WholeWords
 from .tokenizer import BPETokenizer, TokenizerError, cache_root, load_tokenizer
@@ -45,6 +46,7 @@ from .validity import Validity
 # partials (one per continuation byte); most are 64 characters (a few kB each)
 COMPLETIONS_MEMO_SIZE = 1024
 WHOLE_WORDS_MEMO_SIZE = 4096  # heads whose whole words are kept
+_ENDINGS = sorted(set(PROBE_ENDINGS) - {b""})  # the probe endings of Engine._ending_runs
 
 # ---------------------------------------------------------------- char classes
 _ATOM = regex.compile(r"\\[pP]\{[^}]+\}|\\[sSdDwW]|\[(?:\\.|[^\]\\])*\]|\\.|[^()|?*+{}\\\[\]^$.]")
@@ -107,7 +109,11 @@ class Engine:
         self._irregular_cached = irregular if self.tables is None else None
         self._head_keys: tuple | None = None
         self.tail_cache = TailCache()  # built tails by region (tail.build_tail)
-        self._ends_at: tuple[list[bytes], np.ndarray, int] | None = None  # _ending_runs
+        self._ends_at: tuple[np.ndarray, int] | None = None  # _ending_runs
+        # under ignore_merges: the whole words of heads that start many tokens, from disk
+        self.saved_words = saved_words_for(self) if tok.ignore_merges else None
+        if self.saved_words is not None:
+            self._ends_at = (self.saved_words.ends_at, len(self.sorted_keys) + 1)
         # region shape -> its probe hypotheses (tail._TailBuilder._probe_hyps)
         self.hyps_memo: dict[tuple, tuple[Hyp, ...]] = {}
         # verdicts from pre-token shapes and pair validity (False: encode, the tests' oracle)
@@ -224,7 +230,9 @@ class Engine:
         """Every character that completes ``partial``, with BPE's view of each
         (:attr:`completions` keeps them)."""
         if self._facts is None:
-            self._facts = ByteFacts.of(self.tok)
+            # the tokens that start with a continuation byte: one run of the sorted vocabulary
+            lo, hi = self.token_range(b"\x80")[0], self.token_range(b"\xbf")[1]
+            self._facts = ByteFacts.of(self.tok, self.sorted_keys[lo:hi])
         return build_completions(self.tok, self._facts, partial, PROBE_ENDINGS)
 
     def class_reps(self, partial: bytes) -> list[str]:
@@ -372,7 +380,16 @@ class Engine:
 
     def _whole_words_of(self, head: bytes) -> WholeWords:
         """Tokens T and probe endings e (``b""`` included) with ``head + T + e`` a token
-        (:attr:`whole_words` keeps them per head)."""
+        (:attr:`whole_words` keeps them per head): saved on disk for heads that start
+        many tokens (:mod:`.saved_words`), else computed."""
+        if self.saved_words is not None:
+            got = self.saved_words.get(head)
+            if got is not None:
+                return got
+        return self.scan_whole_words(head)
+
+    def scan_whole_words(self, head: bytes) -> WholeWords:
+        """:meth:`whole_words` computed from the sorted vocabulary (what is saved)."""
         lo, hi = self.token_range(head)
         keys, get, n = self.sorted_keys, self.tok.bytes_to_id.get, len(head)
         if b"" in self.tok.bytes_to_id:  # an odd vocabulary: empty slices must find nothing
@@ -410,33 +427,34 @@ class Engine:
 
     def _ending_runs(self, lo: int, hi: int) -> list[tuple[bytes, list[int]]]:
         """Per non-empty probe ending: the positions in ``sorted_bytes[lo:hi]`` of tokens
-        that end with it (one pass over the vocabulary on first use).
-
-        The positions of all endings are one sorted array, ending k's shifted by k times
-        the vocabulary size, so one search finds every ending's run.
-        """
+        that end with it (:meth:`ending_positions`, read from disk under ignore_merges)."""
         if self._ends_at is None:
-            endings = sorted(set(PROBE_ENDINGS) - {b""})
-            # the vocabulary's bytes end to end: a word's last k bytes, read at its end
-            flat = np.frombuffer(b"".join(self.sorted_keys), dtype=np.uint8)
-            stop = np.cumsum(self.sorted_len)
-            span = len(self.sorted_keys) + 1
-            shifted = []
-            for k, e in enumerate(endings):
-                hit = self.sorted_len >= len(e)
-                for back, byte in enumerate(reversed(e), start=1):
-                    hit &= flat[np.maximum(stop - back, 0)] == byte
-                shifted.append(np.flatnonzero(hit) + k * span)
-            self._ends_at = (endings, np.concatenate(shifted), span)
-        endings, positions, span = self._ends_at
-        base = np.arange(len(endings), dtype=np.int64) * span
+            self._ends_at = (self.ending_positions(), len(self.sorted_keys) + 1)
+        positions, span = self._ends_at
+        base = np.arange(len(_ENDINGS), dtype=np.int64) * span
         starts = positions.searchsorted(base + lo).tolist()
         stops = positions.searchsorted(base + hi).tolist()
         return [
             (ext, (positions[a:b] - k * span).tolist())
-            for k, (ext, a, b) in enumerate(zip(endings, starts, stops, strict=True))
+            for k, (ext, a, b) in enumerate(zip(_ENDINGS, starts, stops, strict=True))
             if b > a
         ]
+
+    def ending_positions(self) -> np.ndarray:
+        """The positions in ``sorted_bytes`` of the tokens that end with each non-empty
+        probe ending (``_ENDINGS``), as one sorted array: ending k's shifted by k times
+        (vocabulary size + 1), so that one search finds every ending's run."""
+        # the vocabulary's bytes end to end: a word's last k bytes, read at its end
+        flat = np.frombuffer(b"".join(self.sorted_keys), dtype=np.uint8)
+        stop = np.cumsum(self.sorted_len)
+        span = len(self.sorted_keys) + 1
+        shifted = []
+        for k, e in enumerate(_ENDINGS):
+            hit = self.sorted_len >= len(e)
+            for back, byte in enumerate(reversed(e), start=1):
+                hit &= flat[np.maximum(stop - back, 0)] == byte
+            shifted.append(np.flatnonzero(hit) + k * span)
+        return np.concatenate(shifted)
 
     def token_range(self, prefix: bytes) -> tuple[int, int]:
         """Indices into ``sorted_bytes`` of tokens that start with ``prefix``."""
