@@ -4,8 +4,8 @@ Each session is its own process with its own covering trees and `RemoteCompleter
 (what one `midword serve --engine vllm` holds per buffer), typing a different source
 file of this repository one character at a time, a key every ``--key-ms`` (or as soon
 as the previous completion is back, when that takes longer: an editor keeps one
-request per buffer), with a greedy PBP completion after every key. For N = 1, 4 and 16
-sessions it prints:
+request per buffer), with a greedy PBP completion after every key (``--temperature 1``:
+a sampled one, seeded by the key). For N = 1, 4 and 16 sessions it prints:
 
 * per-keystroke latency, p50 / p95 (the completion after the key, client side);
 * requests per completion and bytes on the wire per completion (request and response
@@ -13,13 +13,20 @@ sessions it prints:
 * the share of tree rows asked as chosen or top ids rather than full rows ("sparse"), and
   short rows asked again (vLLM batches; see engine/vllm_backend.py);
 * the server's prefix-cache hit rate over the run (``vllm:prefix_cache_hits_total`` /
-  ``vllm:prefix_cache_queries_total`` from ``/metrics``), in tokens.
+  ``vllm:prefix_cache_queries_total`` from ``/metrics``), in tokens;
+* full rows per completion, and the tokens drawn after the cursor node per completion
+  (with those rejected: not a leaf there), when sampling at temperature 1.
+
+``--leaf draws,rows`` measures sampling both ways, side by side: the cursor node's leaf
+drawn by the server (the default) and its full row asked (``RemoteCompleter.draw_leaves
+= False``, what midword did before).
 
 Against a running server (``--url``), or one this script starts from the vLLM venv
 (``--vllm-python``, default $MIDWORD_VLLM_PYTHON; CPU flags as in the tests) and stops
 by its process group at the end.
 
     python benchmarks/bench_team.py [--url URL] [--sessions 1,4,16] [--keys 40]
+    python benchmarks/bench_team.py --temperature 1 --sessions 1 --leaf draws,rows
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +58,8 @@ class SessionResult:
     full_rows: int = 0
     retries: int = 0
     errors: int = 0
+    leaf_draws: int = 0
+    rejected_draws: int = 0
 
 
 def source_files(count: int) -> list[Path]:
@@ -78,9 +87,10 @@ def type_file(args: dict, index: int, start_at: float) -> SessionResult:
     engine = load_engine(args["model"])
     model = connect_vllm(args["url"], engine, model_dir=args["model"], timeout=60)
     completer = model.completer(engine)
+    completer.draw_leaves = args["leaf"] == "draws"
     text = source_files(args["sessions"])[index].read_bytes()
     start = _line_start(text, args["context_bytes"])
-    settings = Settings(max_tokens=args["max_tokens"])
+    settings = Settings(max_tokens=args["max_tokens"], temperature=args["temperature"], seed=0)
     completer.complete(text[:start], settings)  # the buffer is open: its window is scored
     result = SessionResult()
     while time.time() < start_at:
@@ -89,7 +99,7 @@ def type_file(args: dict, index: int, start_at: float) -> SessionResult:
         key_time = time.perf_counter()
         before = model.client.stats.copy()
         try:
-            completer.complete(text[: start + k + 1], settings)
+            completer.complete(text[: start + k + 1], replace(settings, seed=k))
         except EngineError:
             result.errors += 1
         result.latencies_ms.append((time.perf_counter() - key_time) * 1e3)
@@ -99,6 +109,8 @@ def type_file(args: dict, index: int, start_at: float) -> SessionResult:
         result.chosen_rows += spent.chosen_rows + spent.top_rows
         result.full_rows += spent.full_rows
         result.retries += spent.retries
+        result.leaf_draws += spent.leaf_draws
+        result.rejected_draws += spent.rejected_draws
         wait = args["key_ms"] / 1e3 - (time.perf_counter() - key_time)
         if wait > 0:
             time.sleep(wait)
@@ -129,11 +141,11 @@ def prefix_cache(url: str) -> tuple[float, float]:
     return hits, queries
 
 
-def measure(args: argparse.Namespace, sessions: int) -> dict:
+def measure(args: argparse.Namespace, sessions: int, leaf: str) -> dict:
     """Run ``sessions`` editors at once; their figures together."""
     context = multiprocessing.get_context("spawn")
     queue: multiprocessing.Queue = context.Queue()
-    settings = {**vars(args), "sessions": max(args.sessions_list)}
+    settings = {**vars(args), "sessions": max(args.sessions_list), "leaf": leaf}
     start_at = time.time() + 15.0 + 2.0 * sessions  # every session connected by then
     hits0, queries0 = prefix_cache(args.url)
     procs = [
@@ -153,6 +165,7 @@ def measure(args: argparse.Namespace, sessions: int) -> dict:
     quantiles = statistics.quantiles(latencies, n=20)
     return {
         "sessions": sessions,
+        "leaf": leaf,
         "completions": completions,
         "p50_ms": statistics.median(latencies),
         "p95_ms": quantiles[18],
@@ -162,6 +175,9 @@ def measure(args: argparse.Namespace, sessions: int) -> dict:
         "prefix_cache_hit_rate": (hits1 - hits0) / max(1.0, queries1 - queries0),
         "retries": sum(r.retries for r in results),
         "errors": sum(r.errors for r in results),
+        "full_rows_per_completion": sum(r.full_rows for r in results) / completions,
+        "draws_per_completion": sum(r.leaf_draws for r in results) / completions,
+        "rejected_draws": sum(r.rejected_draws for r in results),
     }
 
 
@@ -216,6 +232,21 @@ def stop_vllm(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def print_row(row: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(row))
+    else:
+        print(
+            f"{row['sessions']:>3} {row['leaf']:>5} {row['completions']:>6} "
+            f"{row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} "
+            f"{row['requests_per_completion']:>9.2f} {row['kb_per_completion']:>8.1f} "
+            f"{row['chosen_share']:>6.0%} {row['prefix_cache_hit_rate']:>9.1%} "
+            f"{row['retries']:>7} {row['errors']:>6} {row['full_rows_per_completion']:>10.2f} "
+            f"{row['draws_per_completion']:>11.2f} {row['rejected_draws']:>8}"
+        )
+    sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a running vLLM (default: start one)")
@@ -226,9 +257,19 @@ def main() -> None:
     parser.add_argument("--key-ms", type=float, default=150.0, help="typing: a key every ...")
     parser.add_argument("--context-bytes", type=int, default=800, help="text before the cursor")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument(
+        "--leaf",
+        default="draws",
+        help="draws, rows or both (draws,rows): how a sampled "
+        "completion reads the cursor node (see the docstring)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON line per N")
     args = parser.parse_args()
     args.sessions_list = [int(n) for n in args.sessions.split(",")]
+    leaf_modes = args.leaf.split(",")
+    if not set(leaf_modes) <= {"draws", "rows"}:
+        sys.exit("--leaf takes draws, rows or draws,rows")
     proc = None
     if args.url is None:
         if not args.vllm_python:
@@ -237,21 +278,15 @@ def main() -> None:
     try:
         if not args.json:
             print(
-                f"{'N':>3} {'compl.':>6} {'p50 ms':>8} {'p95 ms':>8} {'req/compl':>9} "
-                f"{'KB/compl':>8} {'sparse':>6} {'cache hit':>9} {'retries':>7} {'errors':>6}"
+                f"{'N':>3} {'leaf':>5} {'compl.':>6} {'p50 ms':>8} {'p95 ms':>8} "
+                f"{'req/compl':>9} {'KB/compl':>8} {'sparse':>6} {'cache hit':>9} "
+                f"{'retries':>7} {'errors':>6} {'full/compl':>10} {'draws/compl':>11} "
+                f"{'rejected':>8}"
             )
         for n in args.sessions_list:
-            row = measure(args, n)
-            if args.json:
-                print(json.dumps(row))
-            else:
-                print(
-                    f"{n:>3} {row['completions']:>6} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} "
-                    f"{row['requests_per_completion']:>9.2f} {row['kb_per_completion']:>8.1f} "
-                    f"{row['chosen_share']:>6.0%} {row['prefix_cache_hit_rate']:>9.1%} "
-                    f"{row['retries']:>7} {row['errors']:>6}"
-                )
-            sys.stdout.flush()
+            for leaf in leaf_modes:
+                print_row(measure(args, n, leaf), args.json)
+
     finally:
         if proc is not None:
             stop_vllm(proc)

@@ -24,13 +24,16 @@ Greedy is best-first search: a node's path log-probability bounds every leaf bel
 beat the best leaf found; ties go to the leaf `LeafSet` lists first, as there.
 
 Drawn nodes (``draw``, for a remote model that can sample but would have to send a whole
-row to be read): a node without internal children whose leaves the caller samples by
-drawing a token from ``p(. | node)``, without its row. Its bound stays 1, the exact mass
-of its row; a walk that picks it draws a token: a leaf ends the round accepted, any other
-token rejects it. A leaf then ends a round with probability ``P(path) p(leaf) / B[root]``
-as before, so the sample stays exact without the node's leaf mass. After ``draw_tries``
-rejections at a node its row is fetched after all (a model with most of its mass on
-tokens that are not leaves there would otherwise keep drawing).
+row to be read): a node whose next token the caller draws from ``p(. | node)`` instead of
+reading its row. Its bound stays 1, the exact mass of its row; a walk in it draws a token:
+a leaf ends the round accepted, an internal child's token goes on into that child with
+probability ``U[child]`` (after scoring it, as an entered child is), any other token
+rejects the round. A leaf below the node is then reached with probability
+``p(child) U[child] * (its share below the child) / U[child]``, so every leaf still ends a
+round with probability ``P(path + leaf) / B[root]``: the sample stays exact without the
+node's row. After ``draw_tries`` draws at a node that were neither a leaf nor a child its
+row is fetched after all (a model with most of its mass outside the tree there would
+otherwise keep drawing).
 
 >>> engine = load_engine("models/default")                             # doctest: +SKIP
 >>> vct = VCT(engine); vct.push_bytes(b"    self.assertEq"); tree = vct.tree()  # doctest: +SKIP
@@ -73,7 +76,7 @@ class Draws(Protocol):
 class LazyLeaf:
     """The chosen leaf: ``sequence`` (path + leaf token) below the trunk, its log-probability
     given the trunk (unnormalized over the tree: the tree's total is never computed; NaN
-    for a leaf drawn without its node's row), and how many tree nodes were scored (the
+    at or below a node drawn without its row), and how many tree nodes were scored (the
     node at the trunk's end included)."""
 
     sequence: tuple[int, ...]
@@ -98,8 +101,8 @@ class LazyTree:
     ``transform`` maps a node's log-prob row to the row sampled from (temperature,
     top-k, top-p: any per-row transform; identity by default). ``events`` are extra
     leaves (the model's special tokens) of the node ``tree.complete``. ``drawn``: paths of
-    nodes without internal children that `sample` samples through ``draw`` (see the module
-    docstring; identity transform only), each until ``draw_tries`` draws were rejected.
+    nodes that `sample` goes through by ``draw`` (see the module docstring; identity
+    transform only), each until ``draw_tries`` of its draws fell outside the tree.
     """
 
     def __init__(
@@ -159,7 +162,11 @@ class LazyTree:
         i = 0
         while True:
             if i in self._drawing:
-                return self._drawn_leaf(i)
+                step = self._drawn_step(i, rng)
+                if not isinstance(step, int):
+                    return step  # a leaf, or None: the round is rejected
+                i = step
+                continue
             self._score(i)  # only a root whose draws gave up is not scored yet
             node = self._scored[i]
             children = self._children[i]
@@ -176,30 +183,34 @@ class LazyTree:
                     return None
             i = child
 
-    def _drawn_leaf(self, i: int) -> LazyLeaf | None:
-        """A token drawn after drawn node i: its leaf, or None (a rejected round)."""
+    def _drawn_step(self, i: int, rng: Draws) -> LazyLeaf | int | None:
+        """A token drawn after drawn node i: its leaf, the child the walk goes on into,
+        or None (a rejected round)."""
         assert self._draw is not None
         path = self.tree.nodes[i].path
         token = int(self._draw(path))
         if np.any(self._leaves(i) == token):
             return LazyLeaf(path + (token,), float("nan"), self.scored)
-        self.rejections += 1
-        self._misses[i] += 1
-        if self._misses[i] >= self._draw_tries:
-            self._drawing.discard(i)  # its row decides from the next walk into it on
-        return None
+        child = next((c for c in self._children[i] if self.tree.nodes[c].path[-1] == token), None)
+        if child is None:
+            self._misses[i] += 1
+            if self._misses[i] >= self._draw_tries:
+                self._drawing.discard(i)  # its row decides from the next walk into it on
+        elif child not in self._scored and child not in self._drawing:
+            self._score(child)
+        if child is None or rng.random() >= self._bound[child]:
+            self.rejections += 1
+            return None
+        return child
 
     def _drawn_nodes(self, paths: Collection[TokenPath]) -> set[int]:
-        """Indices of the nodes at ``paths``; each must be childless (its bound is 1)."""
+        """Indices of the nodes at ``paths``."""
         if not paths:
             return set()
         if self._draw is None or self._transform is not None:
             raise ValueError("drawn nodes need a draw and the identity transform")
         index = {node.path: i for i, node in enumerate(self.tree.nodes)}
-        nodes = {index[tuple(p)] for p in paths}
-        if any(self._children[i] for i in nodes):
-            raise ValueError("a drawn node must have no internal children")
-        return nodes
+        return {index[tuple(p)] for p in paths}
 
     # ------------------------------------------------------------------ greedy
     def greedy(self) -> LazyLeaf:
@@ -254,8 +265,9 @@ class LazyTree:
         self._tighten(i)
 
     def _tighten(self, i: int) -> None:
-        """Recompute B for node i and its ancestors (each is scored: they were entered)."""
-        while i >= 0:
+        """Recompute B for node i and its ancestors (each is scored: they were entered),
+        up to a drawn one (its bound stays 1, so those above it do not change)."""
+        while i >= 0 and i in self._scored:
             node = self._scored[i]
             below = (
                 float(node.child_p @ self._bound[self._children[i]]) if node.child_p.size else 0.0
@@ -272,7 +284,10 @@ class LazyTree:
     def _leaf(self, i: int, k: int) -> LazyLeaf:
         node = self._scored[i]
         sequence = self.tree.nodes[i].path + (int(node.leaves[k]),)
-        return LazyLeaf(sequence, float(self._node_lp[i] + node.leaf_lp[k]), self.scored)
+        # a node below a drawn one has no known path log-prob (-inf, never drawn otherwise)
+        known = self._node_lp[i] > NEG_INF
+        logprob = float(self._node_lp[i] + node.leaf_lp[k]) if known else float("nan")
+        return LazyLeaf(sequence, logprob, self.scored)
 
 
 def _select(weights: np.ndarray, draw: float) -> int:

@@ -777,26 +777,23 @@ class RemoteCompleter(Completer):
         if not transform.is_identity:
             return super()._lazy_leaf(tree, transform, s, greedy, rng, out)
         events = None if s.ignore_eos else self.sampler.event_ids
-        with self.session.expect(tree_reads(tree, events), greedy=greedy):
-            drawn = [] if greedy or s.ignore_eos else self._drawable(tree, events)
+        reads = tree_reads(tree, events)
+        with self.session.expect(reads, greedy=greedy):
+            drawn = [] if greedy or s.ignore_eos else self._drawable(tree, reads)
             if not drawn:
                 return super()._lazy_leaf(tree, transform, s, greedy, rng, out)
             return self._drawn_leaf(tree, drawn, s, rng, out, events)
 
-    def _drawable(self, tree: Tree, events: np.ndarray | None) -> list[tuple[int, ...]]:
-        """Paths of the nodes whose leaves are drawn: those ending at the cursor (no
-        internal children) that would be asked as whole rows (more than 128 ids)."""
+    def _drawable(self, tree: Tree, reads: NodeReads) -> list[tuple[int, ...]]:
+        """Paths of the nodes that are drawn: those that would be asked as whole rows
+        (their leaves and children are more than 128 ids)."""
         if not self.draw_leaves:
             return []
-        n_events = len(events) if events is not None else 0
-        ids = [
-            len(node.leaves) + (n_events if node.path == tree.complete else 0)
-            for node in tree.nodes
-        ]
+        trunk = tuple(int(t) for t in tree.trunk)
         return [
             node.path
-            for node, n in zip(tree.nodes, ids, strict=True)
-            if node.ends_at_prefix_end and n > MAX_CHOSEN_IDS
+            for node in tree.nodes
+            if len(np.union1d(*reads[trunk + tuple(node.path)])) > MAX_CHOSEN_IDS
         ]
 
     def _drawn_leaf(
@@ -815,9 +812,12 @@ class RemoteCompleter(Completer):
             self._close_stream()  # a draw before a row was rejected: stop its generation
             return session_rows(self.session, tree.trunk, paths)
 
+        depth = max(len(node.path) for node in tree.nodes)
+
         def draw(path: tuple[int, ...]) -> int:
             self._interrupt(out)
-            return self._draw(list(tree.trunk) + list(path), s)
+            # room for the tokens down to the deepest leaf, then the completion's
+            return self._draw(list(tree.trunk) + list(path), s, depth - len(path))
 
         before = self._draws
         lazy = LazyTree(tree, fetch, None, events, draw=draw, drawn=drawn, draw_tries=DRAW_TRIES)
@@ -834,12 +834,21 @@ class RemoteCompleter(Completer):
         if out.should_stop is not None and out.should_stop():
             raise Interrupted("completion interrupted")
 
-    def _draw(self, context: list[int], s: Settings) -> int:
+    def _draw(self, context: list[int], s: Settings, below: int) -> int:
         """One token from the server after ``context`` (temperature 1), its stream kept
-        open (`_Stream`) to go on as the completion when the token is taken."""
+        open (`_Stream`) to go on as the completion when the token is taken. A stream
+        that drew a child's token is already at the child: its next token is the draw."""
+        stream = self._stream
+        if stream is not None and stream.context == context:
+            token = next(stream.tokens, None)
+            if token is not None:
+                self.model.client.stats.streamed_tokens += 1
+                stream.context = context + [token]
+                return token
         self._close_stream()
         prompt = self.session.prompt(context)
-        max_tokens = max(1, min(s.max_tokens, self.model.max_context - len(prompt)))
+        wanted = s.max_tokens + below
+        max_tokens = max(1, min(wanted, self.model.max_context - len(prompt)))
         seed = None if s.seed is None else (s.seed + self._draws * SEED_STEP) % (1 << 63)
         self._draws += 1
         body = {**self._stream_body(prompt, max_tokens, s), "seed": seed}

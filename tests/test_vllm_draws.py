@@ -29,13 +29,15 @@ from midword.engine import VCT, load_engine
 from midword.engine.backend import FakeModel
 from midword.engine.generate import Settings
 from midword.engine.lazy_pbp import LazyTree
-from midword.engine.sampling import ByteSampler, session_rows
+from midword.engine.sampling import ByteSampler, Transform, session_rows
 from midword.engine.vllm_backend import SEED_STEP, RemoteCompleter, VLLMClient, VLLMModel
 from scipy import stats
 
 from midword.testing import shipped_test_model
 
 from .test_generate import _chi_square_ok
+from .test_lazy_pbp import PREFIXES, SyntheticRows, frequencies_fit, tree_of
+from .test_lazy_pbp import exact_leaves as exact_synthetic
 
 PREFIX = b"def ma"  # three nodes; the third ends at the cursor with 3,528 of 4,096 as leaves
 START = 0  # the shipped model's BOS
@@ -100,8 +102,13 @@ def chi_square_power(exact: np.ndarray, wrong: np.ndarray, n: int) -> float:
 
 
 # ------------------------------------------------------------------ the lazy tree alone
-def drawn_leaf_counts(model, engine, draw_leaf_only: bool, n: int) -> Counter:
+def drawn_leaf_counts(
+    model, engine, draw_leaf_only: bool, n: int, with_root: bool = False
+) -> Counter:
+    """Leaves sampled with the cursor node drawn (``with_root``: the root too, its draws
+    going on into its children, one of them scored on entry)."""
     tree, node = cursor_node(engine)
+    drawn = [(), node.path] if with_root else [node.path]
     session = model.session(bos_id=START)
 
     def fetch(paths):
@@ -115,20 +122,22 @@ def drawn_leaf_counts(model, engine, draw_leaf_only: bool, n: int) -> Counter:
 
         def draw(path, draws=draws):
             p = np.exp(session_rows(session, tree.trunk, [path])[0])
-            if draw_leaf_only:  # the mistake: a draw that only ever gives a leaf
+            if draw_leaf_only:  # the mistake: a draw at the cursor that only gives a leaf
                 p = np.where(np.isin(np.arange(len(p)), leaves), p, 0.0)
+                assert path == node.path
             return int(draws.choice(len(p), p=p / p.sum()))
 
-        lazy = LazyTree(tree, fetch, events=events, draw=draw, drawn=[node.path])
+        lazy = LazyTree(tree, fetch, events=events, draw=draw, drawn=drawn)
         counts[lazy.sample(np.random.default_rng(seed)).sequence] += 1
     return counts
 
 
-def test_lazy_tree_with_drawn_nodes_samples_the_exact_leaves(model, engine) -> None:
+@pytest.mark.parametrize("with_root", [False, True])
+def test_lazy_tree_with_drawn_nodes_samples_the_exact_leaves(model, engine, with_root) -> None:
     n = 6000
     exact = exact_leaves(model, engine)
     keys = list(exact)
-    counts = drawn_leaf_counts(model, engine, draw_leaf_only=False, n=n)
+    counts = drawn_leaf_counts(model, engine, draw_leaf_only=False, n=n, with_root=with_root)
     assert set(counts) <= set(keys)
     probs = np.array([exact[k] for k in keys])
     assert _chi_square_ok(np.array([counts[k] for k in keys], dtype=float), probs)
@@ -149,6 +158,31 @@ def leaf_mass(model, tree, node) -> float:
     return float(np.exp(row[np.asarray(node.leaves)]).sum())
 
 
+def synthetic_counts(engine, prefix: bytes):
+    """(exact, draw) for `frequencies_fit` on synthetic rows that send walks into internal
+    children and outside the tree (tests/test_lazy_pbp.py), with the even-indexed nodes
+    drawn and the others scored: draws go on into children scored on entry."""
+    tree = tree_of(engine, prefix)
+    rows = SyntheticRows(tree, engine.tok.size, seed=len(prefix))
+    drawn = [node.path for i, node in enumerate(tree.nodes) if i % 2 == 0]
+    rng = np.random.default_rng(3)
+
+    def token(path):
+        p = np.exp(rows.row(path))
+        return int(rng.choice(len(p), p=p / p.sum()))
+
+    def sample() -> tuple[int, ...]:
+        return LazyTree(tree, rows, draw=token, drawn=drawn).sample(rng).sequence
+
+    return exact_synthetic(tree, rows, Transform()), sample
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_drawn_nodes_with_children_sample_the_exact_leaves(engine, prefix) -> None:
+    exact, sample = synthetic_counts(engine, prefix)
+    assert frequencies_fit(exact, sample, 2000)
+
+
 def test_a_draw_that_only_gives_leaves_fails_the_check(model, engine) -> None:
     """The chi-square above can fail: drawing among the leaves alone (no rejection)."""
     exact = exact_leaves(model, engine)
@@ -158,10 +192,12 @@ def test_a_draw_that_only_gives_leaves_fails_the_check(model, engine) -> None:
     assert not _chi_square_ok(np.array([counts[k] for k in keys], dtype=float), probs)
 
 
-def test_drawn_nodes_must_be_childless(model, engine) -> None:
+def test_drawn_nodes_need_a_draw_and_the_identity_transform(engine) -> None:
     tree, _ = cursor_node(engine)
-    with pytest.raises(ValueError, match="no internal children"):
-        LazyTree(tree, lambda paths: [], draw=lambda path: 0, drawn=[()])
+    with pytest.raises(ValueError, match="identity transform"):
+        LazyTree(tree, lambda paths: [], drawn=[()])
+    with pytest.raises(ValueError, match="identity transform"):
+        LazyTree(tree, lambda paths: [], lambda row: row, draw=lambda path: 0, drawn=[()])
 
 
 def test_a_node_whose_draws_keep_missing_is_scored(model, engine) -> None:
@@ -311,9 +347,7 @@ def test_the_completion_goes_on_with_the_stream_that_drew_the_leaf(model, engine
         path = tuple(last["body"]["prompt"][1 + len(tree.trunk) :])
         tokens = tuple(t for t in last["read"] if t not in engine.tok.special_ids)
         assert out.data == engine.tok.decode(path + tokens)[tree.rest :]
-        if path == node.path:  # the draw's stream: its first token is the leaf
-            drawn += 1
-            assert out.tokens == len(last["read"])
+        drawn += path in {n.path for n in tree.nodes}  # a draw's stream (not one from a leaf)
     assert drawn >= 8 and completer.model.client.stats.rejected_draws >= 4
 
 
