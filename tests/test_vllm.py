@@ -38,6 +38,7 @@ from midword.engine.vllm_backend import (
 from midword.testing.fixtures import real_encoder, tokenizer_path
 
 from .lm_oracle import LMOracle
+from .test_generate import _chi_square_ok
 from .test_vllm_support import (
     API_KEY,
     MODEL_DIR,
@@ -294,6 +295,45 @@ def test_sampled_completion_and_stop_strings(remote: VLLMModel, engine) -> None:
     stop = full[2:4]  # a stop string the greedy text holds: it ends just before it
     stopped = completer.complete(b"import nu", Settings(max_tokens=16, stop=(stop,)))
     assert stopped.text == full[: full.find(stop)] and stopped.stop_reason == "stop"
+
+
+def test_temperature_one_draws_the_cursor_leaf_from_the_server(
+    remote: VLLMModel, local, engine
+) -> None:
+    """Sampling at temperature 1 asks no full row: the token after the node that ends at
+    the cursor is drawn by vLLM (a draw that is not a leaf there is asked again). The
+    one-token completions (each its leaf) follow the in-process sampler's exact leaf
+    distribution (chi-square at 0.001, by text); tests/test_vllm_draws.py holds the
+    method to a skewed model where a mistake would show."""
+    prefix, n = b"x = 12", 300  # 98% of the leaf mass is at the cursor node (7% not leaves)
+    completer = remote.completer(engine)
+    before = remote.client.stats.copy()
+    counts: dict[bytes, int] = {}
+    for seed in range(n):
+        out = completer.complete(prefix, Settings(temperature=1.0, max_tokens=1, seed=seed))
+        key = b"<eos>" if out.stop_reason == "eos" else out.data
+        counts[key] = counts.get(key, 0) + 1
+    spent = remote.client.stats.minus(before)
+    assert spent.full_rows == 0 and spent.leaf_draws >= n * 0.8
+    in_process = Completer(local, engine)
+    in_process.sampler.reset(prefix)
+    leaves = in_process.leaf_set()
+    probs = np.exp(leaves.weights - np.logaddexp.reduce(leaves.weights))
+    rest = in_process.sampler.vct.tree().rest
+    exact: dict[bytes, float] = {}
+    for k, p in enumerate(probs):
+        seq = leaves.sequence(k)
+        key = b"<eos>" if seq[-1] in engine.tok.special_ids else engine.tok.decode(seq)[rest:]
+        exact[key] = exact.get(key, 0.0) + float(p)
+    assert set(counts) <= set(exact)
+    keys = list(exact)
+    observed = np.array([counts.get(k, 0) for k in keys], dtype=float)
+    assert _chi_square_ok(observed, np.array([exact[k] for k in keys]))
+    again = completer.complete(prefix, Settings(temperature=1.0, max_tokens=12, seed=5))
+    assert (
+        again.data
+        == completer.complete(prefix, Settings(temperature=1.0, max_tokens=12, seed=5)).data
+    )
 
 
 def test_cancel_stops_the_stream(remote: VLLMModel, engine) -> None:
