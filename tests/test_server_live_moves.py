@@ -21,6 +21,7 @@ from midword.engine import load_engine
 from midword.engine.fim import TEMPLATES, FimCompleter
 from midword.engine.generate import Settings
 from midword.server.live import FimDocument, _within
+from midword.server.trim import _lines_after_first
 
 from midword.testing.vocab import with_special_tokens
 
@@ -112,3 +113,15 @@ def test_within_keeps_the_settings_that_fit() -> None:
     assert _within(settings, 8) is settings
     assert _within(settings, 100) is settings
     assert _within(settings, 3) == replace(settings, max_tokens=3)
+
+
+def test_suffix_lines_read_lazily_equal_splitting_the_whole_suffix() -> None:
+    """`suffix_repeat_cut` reads the suffix's lines only as far as it needs them: the same
+    lines as splitting all of it, over random texts of newlines, blanks and letters."""
+    rng = random.Random(11)
+    pieces = ["a", "bc", " ", "\t", "\n", "\r\n", "\u2028", "\x0b", "\n\n"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 24)))
+        count = rng.randrange(0, 5)
+        below = [line.strip() for line in text.split("\n")[1:]]
+        assert _lines_after_first(text, count) == [x for x in below if x][:count], (text, count)
