@@ -61,11 +61,7 @@ class SavedWords:
         for k, (cut, stop) in enumerate(zip(head_cuts, stops, strict=True)):
             start = head_cuts[k - 1] if k else 0
             self._where[heads[start:cut]] = (stops[k - 1] if k else 0, stop)
-        # the few distinct ending sets, shared by every answer
-        self._sets = {int(b): _ending_set(int(b)) for b in np.unique(self.ext_bits).tolist()}
-
-    def __contains__(self, head: bytes) -> bool:
-        return head in self._where
+        self._sets = _EndingSets()  # the few distinct ending sets, shared by every answer
 
     def get(self, head: bytes) -> WholeWords | None:
         """The saved answer for ``head``, or None when it was not saved (a small range)."""
@@ -76,15 +72,18 @@ class SavedWords:
         exts = list(map(self._sets.__getitem__, self.ext_bits[a:b].tolist()))
         return WholeWords(self.ids[a:b].astype(np.int64), exts)
 
-    @property
-    def nbytes(self) -> int:
-        return self.ids.nbytes + self.ext_bits.nbytes + self.ends_at.nbytes
 
+class _EndingSets(dict[int, frozenset[bytes]]):
+    """Ending bits -> the set of endings they stand for, made on first use."""
 
-def _ending_set(bits: int) -> frozenset[bytes]:
-    if bits == 1:
-        return ONLY_BARE
-    return frozenset(e for k, e in enumerate(PROBE_ENDINGS) if bits >> k & 1)
+    def __missing__(self, bits: int) -> frozenset[bytes]:
+        got = (
+            ONLY_BARE
+            if bits == 1
+            else frozenset(e for k, e in enumerate(PROBE_ENDINGS) if bits >> k & 1)
+        )
+        self[bits] = got
+        return got
 
 
 def _ending_bits(exts: frozenset[bytes]) -> int:
