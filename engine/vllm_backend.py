@@ -20,11 +20,12 @@ How each question goes over the wire (``POST /v1/completions``, prompts as token
 * ordinary generation after the chosen leaf (`RemoteCompleter`): one streamed request
   from the token-id prompt; closing the stream (cancel, stop string, scope cut) makes
   vLLM abort the request;
-* sampling at temperature 1 never asks the row of a node that ends at the cursor (most
-  of the vocabulary are its leaves): the leaf search (`LazyTree`'s drawn nodes) lets the
-  server draw the token after such a node, in the streamed request that goes on as the
-  completion; a token that is not a leaf there rejects the search's round, the stream
-  is closed and the search starts again (`RemoteCompleter._drawn_leaf`).
+* sampling at temperature 1 asks no row of a node that needs more than 128 ids (the
+  node that ends at the cursor has most of the vocabulary as leaves): the leaf search
+  (`LazyTree`'s drawn nodes) lets the server draw the token after such a node, in the
+  streamed request that goes on as the completion; a token that is neither a leaf nor
+  a child there rejects the search's round, the stream is closed and the search starts
+  again (`RemoteCompleter._drawn_leaf`).
 
 Exactness holds as far as the server's float32 log-probs equal the in-process ones (to
 about 1e-5: different kernels and batch compositions; docs/team-server.md). The prompt
@@ -136,7 +137,7 @@ class WireStats:
     retries: int = 0  # rows asked again (see VLLMModel._checked_entries)
     streamed_tokens: int = 0
     leaf_draws: int = 0  # streams opened to draw the token after a node (RemoteCompleter)
-    rejected_draws: int = 0  # of those, the ones whose token was not a leaf there
+    rejected_draws: int = 0  # of those, the ones that did not go on as the completion
 
     def copy(self) -> WireStats:
         return WireStats(**self.__dict__)
@@ -740,11 +741,12 @@ class RemoteCompleter(Completer):
     cheaper), then ordinary generation streamed from the server in one request.
 
     Sampling with the identity transform (temperature 1, no top-k/top-p) draws the
-    token after each node that ends at the cursor from the server instead of reading
-    that node's row (`LazyTree`'s drawn nodes): the stream that drew an accepted leaf
-    goes on as the completion, one that drew another token is closed, and the draw is
-    asked again (with a new seed: ``seed + k * SEED_STEP`` at the k-th draw, when the
-    settings have one). ``draw_leaves = False`` asks those rows instead (whole rows).
+    token after each node that would be a full row from the server instead of reading
+    that row (`LazyTree`'s drawn nodes): the stream that drew an accepted leaf goes on as
+    the completion, one that drew a child's token goes on as the child's draw, one that
+    drew another token is closed, and the draw is asked again (with a new seed:
+    ``seed + k * SEED_STEP`` at the k-th stream, when the settings have one).
+    ``draw_leaves = False`` asks those rows instead (whole rows, as before).
     """
 
     model: VLLMModel
