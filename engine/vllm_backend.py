@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .backend import BackendError, TokenPath
-from .generate import Completer, Completion, Interrupted, Settings, _Output
+from .generate import Completer, Completion, Cut, Interrupted, Settings, StopCheck, _Output
 from .lazy_pbp import Draws, LazyTree
 from .sampling import NEG_INF, ByteSampler, Transform, session_rows
 
@@ -759,11 +759,21 @@ class RemoteCompleter(Completer):
         self._stream: _Stream | None = None  # the draw that won, until the completion ends
         self._draws = 0  # draws made for this completion (their seeds differ)
 
-    def complete(self, prefix: bytes, settings: Settings | None = None, **hooks: Any) -> Completion:
+    def complete(
+        self,
+        prefix: bytes,
+        settings: Settings | None = None,
+        *,
+        should_stop: StopCheck | None = None,
+        cut: Cut | None = None,
+        deadline: float | None = None,
+    ) -> Completion:
         """`Completer.complete`; a stream left open by a drawn leaf is closed at the end."""
         self._draws = 0
         try:
-            return super().complete(prefix, settings or Settings(), **hooks)
+            return super().complete(
+                prefix, settings or Settings(), should_stop=should_stop, cut=cut, deadline=deadline
+            )
         finally:
             self._close_stream()
 

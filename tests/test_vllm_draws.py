@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from midword.engine import VCT, load_engine
 from midword.engine.backend import FakeModel
-from midword.engine.generate import Settings
+from midword.engine.generate import Interrupted, Settings
 from midword.engine.lazy_pbp import LazyTree
 from midword.engine.sampling import ByteSampler, Transform, session_rows
 from midword.engine.vllm_backend import SEED_STEP, RemoteCompleter, VLLMClient, VLLMModel
@@ -378,3 +378,16 @@ def test_greedy_and_other_transforms_draw_nothing(model, engine, settings) -> No
     completer = remote_completer(fake, engine)
     completer.complete(b"x = 12", settings)  # the cursor node has nearly all of the mass
     assert completer.model.client.stats.leaf_draws == 0
+
+
+def test_a_cancel_after_a_draw_closes_its_stream(engine) -> None:
+    fake = FakeVLLM(FakeModel(engine.tok.size), engine.tok.size)
+    completer = remote_completer(fake, engine)
+    with pytest.raises(Interrupted):
+        completer.complete(
+            b"x = 12",
+            Settings(temperature=1.0, max_tokens=40, seed=2),
+            should_stop=lambda: len(fake.streams) > 0,  # once the first draw is made
+        )
+    assert len(fake.streams) == 1 and len(fake.streams[0]["read"]) == 1
+    assert completer._stream is None
