@@ -34,6 +34,8 @@ from midword.engine.utf8 import PROBE_ENDINGS
 from midword.models import shipped_test_model
 from midword.testing import tokenizer_path
 
+from .words_oracle import plain_whole_words
+
 IGNORE_MERGES = ["llama3", "gptoss"]  # the 128k-200k vocabularies with ignore_merges
 MIXED = (
     "x = 12045 # don't\n  we've \t\n\n I'll \u4e2d\u6587 d\u00fc\u015fman e\u0301 \U0001f600x 3.14"
@@ -45,20 +47,6 @@ def engine(request: pytest.FixtureRequest) -> Engine:
     got = load_engine(str(tokenizer_path(request.param)))
     assert got.tok.ignore_merges and got.saved_words is not None
     return got
-
-
-def _plain_whole_words(engine: Engine, head: bytes) -> dict[int, set[bytes]]:
-    """Tokens T with endings e such that ``head + T + e`` is a token: every token that
-    starts with ``head``, every ending, one by one."""
-    out: dict[int, set[bytes]] = {}
-    for word in engine.tok.bytes_to_id:
-        rest = word[len(head) :] if word.startswith(head) else b""
-        for ext in PROBE_ENDINGS:
-            if len(rest) > len(ext) and rest.endswith(ext):
-                t = engine.tok.bytes_to_id.get(rest[: len(rest) - len(ext)])
-                if t is not None:
-                    out.setdefault(t, set()).add(ext)
-    return out
 
 
 def _range_size(engine: Engine, head: bytes) -> int:
@@ -91,10 +79,10 @@ def test_saved_whole_words_equal_a_plain_scan(engine: Engine) -> None:
     for head in picked:
         got = saved.get(head)
         assert got is not None
-        assert _as_dict(got) == _plain_whole_words(engine, head), head
+        assert _as_dict(got) == plain_whole_words(engine, head), head
         assert _as_dict(engine.scan_whole_words(head)) == _as_dict(got), head
     engine.clear_caches()
-    assert _as_dict(engine.whole_words(b" ")) == _plain_whole_words(engine, b" ")
+    assert _as_dict(engine.whole_words(b" ")) == plain_whole_words(engine, b" ")
 
 
 def test_saved_ending_positions_equal_a_fresh_computation(engine: Engine) -> None:

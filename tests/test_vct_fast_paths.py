@@ -14,9 +14,10 @@ import pytest
 from midword.engine import VCT, Engine, load_engine
 from midword.engine.leaf_tables import Config, LeafTables
 from midword.engine.tail import _Node, _TailBuilder
-from midword.engine.utf8 import PROBE_ENDINGS
 
 from midword.testing import tokenizer_path
+
+from .words_oracle import plain_whole_words
 
 # qwen3 (NFC: tokens left to encoding at every node) is slow here, so it gets short texts
 TABLE_TOKENIZERS = ["llama3", "gpt4o", "deepseek_v3", "qwen3"]
@@ -195,19 +196,6 @@ def test_kept_answers_equal_fresh_ones(engine: Engine) -> None:
     assert _walk_trees(engine, text, clear=True) == warm
 
 
-def _plain_whole_words(engine: Engine, head: bytes) -> dict[int, set[bytes]]:
-    out: dict[int, set[bytes]] = {}
-    lo, hi = engine.token_range(head)
-    for word, _ in engine.sorted_bytes[lo:hi]:
-        rest = word[len(head) :]
-        for ext in PROBE_ENDINGS:
-            if len(rest) > len(ext) and rest.endswith(ext):
-                t = engine.tok.bytes_to_id.get(rest[: len(rest) - len(ext)])
-                if t is not None:
-                    out.setdefault(t, set()).add(ext)
-    return out
-
-
 def test_whole_words_equal_a_plain_scan(engine: Engine) -> None:
     rng = random.Random(0)
     words = [w for w in rng.sample(engine.sorted_keys, 150) if len(w) > 1]
@@ -216,7 +204,7 @@ def test_whole_words_equal_a_plain_scan(engine: Engine) -> None:
     for head in heads:
         got = engine.whole_words(head)
         assert dict(zip(got.ids.tolist(), map(set, got.exts), strict=True)) == (
-            _plain_whole_words(engine, head)
+            plain_whole_words(engine, head)
         ), head
 
 
