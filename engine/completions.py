@@ -18,7 +18,6 @@ next character (a handful per vocabulary).
 from __future__ import annotations
 
 import unicodedata
-import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .bpe import BPETokenizer
+from .disk_arrays import load_intact, save_arrays
 
 _LENGTH_RANGES = {2: (0x80, 0x800), 3: (0x800, 0x10000), 4: (0x10000, 0x110000)}
 
@@ -249,12 +249,7 @@ def scan_nfc_composing() -> frozenset[str]:
 def load_nfc_composing(path: Path) -> frozenset[str] | None:
     """The characters saved at ``path``; None when there is no file, or it is damaged,
     of another Unicode version or layout, or holds what cannot be the answer."""
-    from .leaf_tables import load_arrays
-
-    try:
-        saved = load_arrays(path)
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
-        return None
+    saved = load_intact(path)
     if saved is None or sorted(saved) != ["points", "unicode", "version"]:
         return None
     if str(saved["unicode"]) != unicodedata.unidata_version:
@@ -276,8 +271,6 @@ def load_nfc_composing(path: Path) -> frozenset[str] | None:
 
 
 def save_nfc_composing(path: Path, chars: frozenset[str]) -> None:
-    from .leaf_tables import save_arrays
-
     points = np.array(sorted(map(ord, chars)), dtype=np.int32)
     arrays = {
         "points": points,

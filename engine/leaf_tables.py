@@ -10,8 +10,6 @@ verdicts are a few vector operations per tree.
 
 from __future__ import annotations
 
-import os
-import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -20,6 +18,7 @@ import numpy as np
 
 from .bpe import BPETokenizer
 from .completions import Completions
+from .disk_arrays import load_intact, save_arrays
 from .pretok import END, ClassMachine
 from .utf8 import ENDING_INDEX, PROBE_ENDINGS, PROBES, complete_head, nfc_boundary, split_lenient
 from .validity import Validity
@@ -763,10 +762,7 @@ def load_checked(path: Path | None) -> dict[str, np.ndarray] | None:
     """The leaf tables saved at ``path``, or None when there are none, or when the file
     is damaged (a bad CRC, a torn write), of another version, or inconsistent: the
     caller then rebuilds them rather than trust it."""
-    try:
-        a = load_arrays(path)
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
-        return None
+    a = load_intact(path)
     if a is None or sorted(a) != sorted(_SAVED) or str(a["version"]) != VCT_CACHE_VERSION:
         return None
     if not np.array_equal(a["probes"], _PROBES_KEY):
@@ -793,22 +789,3 @@ def load_checked(path: Path | None) -> dict[str, np.ndarray] | None:
         and np.array_equal(a["seq_len"][a["row_seq"]], a["row_len"])
     )
     return a if in_range else None
-
-
-def load_arrays(path: Path | None) -> dict[str, np.ndarray] | None:
-    """The arrays saved at ``path`` (None when there is no such file)."""
-    if path is None or not path.is_file():
-        return None
-    with np.load(path) as arrays:
-        return {k: arrays[k] for k in arrays.files}
-
-
-def save_arrays(path: Path | None, arrays: dict[str, np.ndarray]) -> None:
-    """Save ``arrays`` at ``path`` (nothing when None), atomically."""
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A unique name: servers and test workers may write the same cache at once.
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)

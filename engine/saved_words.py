@@ -21,18 +21,33 @@ True
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from .leaf_tables import load_arrays, save_arrays
+from .bpe import BPETokenizer
+from .disk_arrays import load_intact, save_arrays, within
 from .tail import ONLY_BARE, WholeWords
 from .utf8 import PROBE_ENDINGS
 
-if TYPE_CHECKING:
-    from .tables import Engine
+
+class WordSource(Protocol):
+    """What the saved words read of the per-tokenizer :class:`~midword.engine.tables.Engine`."""
+
+    tok: BPETokenizer
+    sorted_keys: list[bytes]
+    sorted_len: np.ndarray
+    max_token_len: int
+
+    def cache_file(self, kind: str) -> Path | None: ...
+
+    def token_range(self, prefix: bytes) -> tuple[int, int]: ...
+
+    def scan_whole_words(self, head: bytes) -> WholeWords: ...
+
+    def ending_positions(self) -> np.ndarray: ...
+
 
 # a head whose token range holds this many tokens has its answer saved; a smaller one is
 # computed in about 0.2 ms
@@ -90,7 +105,7 @@ def _ending_bits(exts: frozenset[bytes]) -> int:
     return sum(1 << k for k, e in enumerate(PROBE_ENDINGS) if e in exts)
 
 
-def saved_words_for(engine: Engine) -> SavedWords:
+def saved_words_for(engine: WordSource) -> SavedWords:
     """The engine's saved answers: read from its cache file, else computed and saved."""
     path = engine.cache_file("words")
     arrays = load_words(path, engine)
@@ -100,7 +115,7 @@ def saved_words_for(engine: Engine) -> SavedWords:
     return SavedWords(arrays)
 
 
-def build_words(engine: Engine, min_range: int = SAVED_RANGE) -> dict[str, np.ndarray]:
+def build_words(engine: WordSource, min_range: int = SAVED_RANGE) -> dict[str, np.ndarray]:
     """The arrays of the cache file: every head with at least ``min_range`` tokens in its
     range, the engine's computed answer for each, and the ending positions."""
     heads = big_heads(engine, min_range)
@@ -121,7 +136,7 @@ def build_words(engine: Engine, min_range: int = SAVED_RANGE) -> dict[str, np.nd
     }
 
 
-def big_heads(engine: Engine, min_range: int = SAVED_RANGE) -> list[bytes]:
+def big_heads(engine: WordSource, min_range: int = SAVED_RANGE) -> list[bytes]:
     """Every non-empty byte string that at least ``min_range`` tokens start with, sorted
     (found by descending from shorter heads: a longer head never starts more tokens)."""
     lengths = engine.sorted_len
@@ -141,14 +156,11 @@ def big_heads(engine: Engine, min_range: int = SAVED_RANGE) -> list[bytes]:
     return sorted(out)
 
 
-def load_words(path: Path | None, engine: Engine) -> dict[str, np.ndarray] | None:
+def load_words(path: Path | None, engine: WordSource) -> dict[str, np.ndarray] | None:
     """The arrays saved at ``path``, or None when there are none, or the file is damaged
     (a bad CRC, a torn write), of another layout or threshold, or does not fit the
     engine's vocabulary: the caller rebuilds it then."""
-    try:
-        a = load_arrays(path)
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
-        return None
+    a = load_intact(path)
     if a is None or sorted(a) != sorted(_SAVED) or str(a["version"]) != WORDS_VERSION:
         return None
     if not np.array_equal(a["endings"], _ENDINGS_KEY) or int(a["min_range"]) != SAVED_RANGE:
@@ -161,15 +173,10 @@ def load_words(path: Path | None, engine: Engine) -> dict[str, np.ndarray] | Non
         len(a["head_len"]) == len(a["counts"])
         and int(a["head_len"].sum()) == len(a["heads"])
         and int(a["counts"].sum()) == len(ids) == len(bits)
-        and _within(a["head_len"], 1, engine.max_token_len + 1)
-        and _within(ids, 0, size)
-        and _within(bits, 1, 1 << len(PROBE_ENDINGS))
-        and _within(ends, 0, (len(PROBE_ENDINGS) - 1) * span)
+        and within(a["head_len"], 1, engine.max_token_len + 1)
+        and within(ids, 0, size)
+        and within(bits, 1, 1 << len(PROBE_ENDINGS))
+        and within(ends, 0, (len(PROBE_ENDINGS) - 1) * span)
         and bool(np.all(np.diff(ends) > 0))
     )
     return a if fits else None
-
-
-def _within(values: np.ndarray, lo: int, hi: int) -> bool:
-    """Every value in ``[lo, hi)`` (an empty array is)."""
-    return not len(values) or (int(values.min()) >= lo and int(values.max()) < hi)

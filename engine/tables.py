@@ -23,7 +23,8 @@ import regex
 
 from .canonical import CanonicalChecks
 from .completions import ByteFacts, Completions, build_completions, utf8_length
-from .leaf_tables import VCT_CACHE_VERSION, LeafTables, load_arrays, save_arrays
+from .disk_arrays import load_arrays, save_arrays
+from .leaf_tables import VCT_CACHE_VERSION, LeafTables
 from .pretok import ClassMachine, UnsupportedPattern, signature_groups
 from .saved_words import saved_words_for
 from .sentencepiece import SentencePieceEngine, SentencePieceTokenizer

@@ -27,7 +27,7 @@ import pytest
 from midword.engine import build_tree, completions, load_engine
 from midword.engine import saved_words as sw
 from midword.engine.completions import ByteFacts
-from midword.engine.leaf_tables import load_arrays, save_arrays
+from midword.engine.disk_arrays import load_arrays, save_arrays
 from midword.engine.tables import Engine
 from midword.engine.utf8 import PROBE_ENDINGS
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from midword.engine import build_tree, load_engine
+from midword.engine.disk_arrays import save_arrays
 from midword.engine.leaf_tables import (
     VCT_CACHE_VERSION,
     LeafTables,
     load_checked,
-    save_arrays,
     scan_configs,
 )
 from midword.engine.pretok import ClassMachine
