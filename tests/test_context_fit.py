@@ -9,6 +9,8 @@ while the user types, and the answer is exactly the answer for the shorter promp
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 from midword.engine.context_fit import SUFFIX_SHARE, ContextFit
@@ -129,8 +131,6 @@ def test_the_command_line_cuts_a_long_prompt_and_says_so(tmp_path, gpt2_backend)
     """`midword complete` on a prompt longer than a 64-position GPT-2 takes: an answer,
     and a note on stderr, where it used to end in an index error."""
     import shutil
-    import subprocess
-    import sys
 
     from midword.models import shipped_test_model
 
@@ -142,25 +142,7 @@ def test_the_command_line_cuts_a_long_prompt_and_says_so(tmp_path, gpt2_backend)
             shutil.copy(source, folder / name)
     prompt = tmp_path / "long.py"
     prompt.write_bytes(lines(60) + b"value = sel")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "midword",
-            "complete",
-            "--model",
-            str(folder),
-            "--device",
-            "cpu",
-            "--max-tokens",
-            "4",
-            "--prefix-file",
-            str(prompt),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _complete_cli(str(folder), "--prefix-file", str(prompt))
     assert run.returncode == 0, run.stderr
     assert "bytes were left out: the model takes 64 positions" in run.stderr
 
@@ -231,35 +213,24 @@ def test_the_command_line_keeps_a_long_suffix_to_its_share(tmp_path) -> None:
     share of a 512-position context, so most of the room is left to the prefix (without
     the share, a long suffix left the prefix a few bytes)."""
     import re
-    import subprocess
-    import sys
 
     from midword.models import shipped_test_model
 
     prefix, suffix = tmp_path / "prefix.py", tmp_path / "suffix.py"
     prefix.write_bytes(lines(200, seed=1) + b"value = sel")
     suffix.write_bytes(b"f\n" + lines(200, seed=2))
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "midword",
-            "complete",
-            "--model",
-            str(shipped_test_model()),
-            "--device",
-            "cpu",
-            "--max-tokens",
-            "4",
-            "--prefix-file",
-            str(prefix),
-            "--suffix-file",
-            str(suffix),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = _complete_cli(
+        str(shipped_test_model()), "--prefix-file", str(prefix), "--suffix-file", str(suffix)
     )
     assert run.returncode == 0, run.stderr
     dropped = int(re.search(r"first (\d+) bytes were left out", run.stderr).group(1))
     assert prefix.stat().st_size - dropped >= 300  # a hundred tokens and more kept
+
+
+def _complete_cli(model: str, *files: str) -> subprocess.CompletedProcess[str]:
+    """``midword complete`` of 4 tokens on the CPU with ``model``, the prompt read from
+    ``files`` (``--prefix-file P``, ``--suffix-file S``), in a fresh process."""
+    command = [sys.executable, "-m", "midword", "complete", "--model", model, "--device", "cpu"]
+    return subprocess.run(
+        [*command, "--max-tokens", "4", *files], capture_output=True, text=True, timeout=300
+    )
