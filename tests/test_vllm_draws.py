@@ -30,7 +30,8 @@ from midword.engine.backend import FakeModel
 from midword.engine.generate import Interrupted, Settings
 from midword.engine.lazy_pbp import LazyTree
 from midword.engine.sampling import ByteSampler, Transform, session_rows
-from midword.engine.vllm_backend import SEED_STEP, RemoteCompleter, VLLMClient, VLLMModel
+from midword.engine.vllm_backend import RemoteCompleter, VLLMClient, VLLMModel
+from midword.engine.vllm_sampling import SEED_STEP
 from scipy import stats
 
 from midword.testing import shipped_test_model
