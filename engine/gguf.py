@@ -50,6 +50,7 @@ import numpy as np
 
 from .gguf_architectures import (
     ARCHITECTURES,
+    CONFIG_TENSORS,
     Architecture,
     architecture,
     check_tensors,
@@ -614,9 +615,10 @@ def iter_dequantized(
 
     arch = architecture(gf)
     heads, kv_heads = tensor_dims(gf)
-    total = sum(int(t.n_bytes) for t in gf.reader.tensors) or 1
+    weights = [t for t in gf.reader.tensors if t.name not in CONFIG_TENSORS]
+    total = sum(int(t.n_bytes) for t in weights) or 1
     done = 0
-    for t in gf.reader.tensors:
+    for t in weights:
         name = hf_tensor_name(arch, t.name)
         w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
         if not w.flags.writeable:  # F32 tensors come back as views of the mapped file

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .gguf_reader import GGUFError, GGUFFile
+from .gguf_rope import ROPE_FREQS, rope_parameters
 
 Settings = Callable[[GGUFFile], dict[str, Any]]
 
@@ -48,6 +49,8 @@ _GLOBAL_TENSORS = {
     "output.weight": "lm_head.weight",
 }
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
+# tensors whose content goes into config.json, not into the model's weights
+CONFIG_TENSORS = frozenset({ROPE_FREQS})
 
 
 def shortest_float(value: float) -> float:
@@ -187,6 +190,7 @@ def hf_config(gf: GGUFFile, extra: Mapping[str, Any]) -> Any:
     refuse_unmodelled(gf)
     heads = int(gf.arch_value("attention.head_count"))
     names = gf.tensor_names()
+    rope_theta = shortest_float(gf.arch_value("rope.freq_base", 10000.0))
     if arch.output_is_embedding and "output.weight" in names:
         raise GGUFError(
             f"{gf.path.name}: an output.weight in a {gf.arch} file, which llama.cpp does not "
@@ -201,11 +205,14 @@ def hf_config(gf: GGUFFile, extra: Mapping[str, Any]) -> Any:
         "num_attention_heads": heads,
         "num_key_value_heads": int(gf.arch_value("attention.head_count_kv", heads)),
         "max_position_embeddings": int(gf.arch_value("context_length", 2048)),
-        "rope_theta": shortest_float(gf.arch_value("rope.freq_base", 10000.0)),
+        "rope_theta": rope_theta,
         "tie_word_embeddings": "output.weight" not in names,
         **arch.settings(gf),
         **extra,
     }
+    scaling = rope_parameters(gf, rope_theta, head_dim(gf))
+    if scaling is not None:
+        kwargs["rope_scaling"] = scaling  # (transformers adds rope_theta to it)
     import transformers
 
     return getattr(transformers, arch.config_class)(**kwargs)
@@ -214,13 +221,8 @@ def hf_config(gf: GGUFFile, extra: Mapping[str, Any]) -> Any:
 def refuse_unmodelled(gf: GGUFFile) -> None:
     """Metadata whose effect the converted config would silently lose."""
     where = gf.path.name
-    scaling = gf.arch_value("rope.scaling.type", "none")
-    if scaling not in ("none", None):
-        raise GGUFError(f"{where}: rope scaling {scaling!r} is not supported")
     if int(gf.arch_value("expert_count", 0) or 0):
         raise GGUFError(f"{where}: mixture-of-experts models are not supported")
-    if "rope_freqs.weight" in gf.tensor_names():
-        raise GGUFError(f"{where}: rope frequency factors (Llama 3.1) are not supported")
     for key in ("attn_logit_softcapping", "final_logit_softcapping", "attention.sliding_window"):
         if gf.arch_value(key, None) is not None:
             raise GGUFError(f"{where}: {gf.arch}.{key} is set; midword does not model it")
@@ -256,7 +258,7 @@ def check_tensors(gf: GGUFFile, config: Any) -> None:
     import transformers
 
     arch = architecture(gf)
-    have = {hf_tensor_name(arch, n): n for n in gf.tensor_names()}
+    have = {hf_tensor_name(arch, n): n for n in weight_names(gf)}
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     need = set(model.state_dict())
@@ -270,6 +272,11 @@ def check_tensors(gf: GGUFFile, config: Any) -> None:
         )
     if extra:
         raise GGUFError(f"{gf.path.name}: tensor {have[extra[0]]} has no place in the model")
+
+
+def weight_names(gf: GGUFFile) -> set[str]:
+    """The file's tensors that are model weights (not :data:`CONFIG_TENSORS`)."""
+    return gf.tensor_names() - CONFIG_TENSORS
 
 
 def unpermute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
