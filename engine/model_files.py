@@ -1,9 +1,11 @@
 """What ``--model`` names, made into a folder the loaders read: the one place the CLI
 and the language server turn a model name into files.
 
-A model folder (Hugging Face layout) or a hub id from the local cache is used as it is.
-A ``.gguf`` file (llama.cpp, Ollama, LM Studio) is converted once into a cached folder
-by :mod:`midword.engine.gguf`, in the precision the run asks for, and that folder is used.
+A model folder (Hugging Face layout) is used as it is; a hub id (``org/model``) becomes its
+snapshot folder in the local Hugging Face cache (midword never downloads). A ``.gguf`` file
+(llama.cpp, Ollama, LM Studio) is converted once into a cached folder by
+:mod:`midword.engine.gguf`, in the precision the run asks for, and that folder is used.
+Anything else is a :class:`ModelNotFoundError` that says what was looked for.
 
 Example:
     >>> prepare_model("models/default")
@@ -53,14 +55,73 @@ def storage_dtype(dtype: str, device: str = "auto") -> str:
     return "bfloat16" if resolve_device(device).type == "cuda" else "float32"
 
 
+class ModelNotFoundError(ValueError):
+    """``--model`` names no file or folder here, nor a hub id in the local cache."""
+
+
 def prepare_model(
     name: str, device: str = "auto", dtype: str = "auto", progress: Progress | None = None
 ) -> str:
-    """The folder (or hub id) to load for ``name``: a GGUF file's cached conversion
-    (made now if missing; ``progress(message, percent)`` follows it), else ``name``."""
-    if not is_gguf_file(name):
+    """The folder to load for ``name``: a GGUF file's cached conversion (made now if
+    missing; ``progress(message, percent)`` follows it), a hub id's cached snapshot, else
+    ``name`` itself (a folder)."""
+    if is_gguf_file(name):
+        return str(convert_gguf(name, storage_dtype(dtype, device), progress))
+    return local_model(name)
+
+
+def local_model(name: str, hub_cache: str | Path | None = None) -> str:
+    """``name`` when it is a file or folder here, else the snapshot folder of the hub id
+    ``name`` in the Hugging Face cache (``hub_cache``, default ``$HF_HUB_CACHE``, which
+    ``huggingface-cli download`` fills); :class:`ModelNotFoundError` when neither exists.
+
+    >>> local_model("models/default")
+    'models/default'
+    """
+    if Path(name).expanduser().exists():
         return name
-    return str(convert_gguf(name, storage_dtype(dtype, device), progress))
+    if not _could_be_hub_id(name):
+        raise ModelNotFoundError(f"model not found: no file or folder {name}")
+    snapshot = _cached_snapshot(name, hub_cache)
+    if snapshot is None:
+        where = hub_cache or _default_hub_cache()
+        raise ModelNotFoundError(
+            f"model not found: {name} is no file or folder here, nor a model in the local "
+            f"Hugging Face cache ({where}); midword never downloads: fetch it first "
+            f"(`huggingface-cli download {name}`) or pass a model folder or .gguf file"
+        )
+    return snapshot
+
+
+def _could_be_hub_id(name: str) -> bool:
+    """``org/model`` or a bare legacy name such as ``gpt2``: not a path people type."""
+    return (
+        name.count("/") <= 1
+        and not name.startswith(("/", ".", "~"))
+        and not name.endswith(("/", ".gguf"))
+        and "\\" not in name
+    )
+
+
+def _cached_snapshot(repo_id: str, hub_cache: str | Path | None) -> str | None:
+    """The cached snapshot of ``repo_id`` (its ``main`` revision), None when absent."""
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+    except ImportError:  # a tokenizer-only install (no transformers): no hub cache
+        return None
+    try:
+        return snapshot_download(repo_id, cache_dir=hub_cache, local_files_only=True)
+    except (LocalEntryNotFoundError, HFValidationError):
+        return None
+
+
+def _default_hub_cache() -> str:
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return "~/.cache/huggingface/hub"
+    return str(constants.HF_HUB_CACHE)
 
 
 def stderr_progress(stream: TextIO | None = None, width: int = 30) -> Progress:

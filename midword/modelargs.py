@@ -117,10 +117,12 @@ def prepare_model_source(model: str, device: str, dtype: str) -> str:
     """The folder to load for --model (a GGUF file's cached conversion); CommandError when
     a GGUF file cannot be converted exactly."""
     from midword.engine.gguf import GGUFError
-    from midword.engine.model_files import prepare_model, stderr_progress
+    from midword.engine.model_files import ModelNotFoundError, prepare_model, stderr_progress
 
     try:
         return prepare_model(model, device=device, dtype=dtype, progress=stderr_progress())
+    except ModelNotFoundError as exc:
+        raise CommandError(str(exc)) from exc
     except (GGUFError, ValueError, OSError) as exc:
         raise CommandError(f"cannot use {model}: {exc}") from exc
 
