@@ -100,8 +100,9 @@ def _train_script() -> ModuleType:
 
 def training_texts() -> list[str]:
     """The shipped model's training split of this interpreter's standard library."""
-    train_default = _train_script()
-    return train_default.load_corpus(train_default.stdlib_root()).train_texts
+    _train_script()  # puts models/ on sys.path: the script's steps are the package `training`
+    corpus = importlib.import_module("training.corpus")
+    return corpus.load_corpus(corpus.stdlib_root()).train_texts
 
 
 def bigram_for(engine: Engine, path: Path, texts: list[str]) -> BigramModel:

@@ -1,5 +1,5 @@
-"""Tests of models/train_default.py (a tiny run into a temporary directory) and of the shipped
-default model in models/default.
+"""Tests of models/train_default.py and its steps in models/training/ (a tiny run into a
+temporary directory) and of the shipped default model in models/default.
 
 The tiny run trains a 300-token tokenizer and a one-layer model on 20 stdlib files for a few
 seconds; it checks the directory structure, not the quality.
@@ -7,6 +7,7 @@ seconds; it checks the directory structure, not the quality.
 
 from __future__ import annotations
 
+import doctest
 import hashlib
 import importlib.util
 import json
@@ -15,7 +16,7 @@ import re
 import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -35,8 +36,12 @@ EXPECTED_FILES = (
 SAMPLE = 'def naïve_sum(xs: list[int]) -> int:\n    """Σ of xs."""\n\treturn sum(xs)  # 🐍\r\n'
 
 
+STEPS = ("corpus", "tokenizer", "fim", "recipe", "model", "evaluation")
+
+
 def load_script() -> ModuleType:
-    """models/train_default.py as a module (models/ is not a package)."""
+    """models/train_default.py as a module (models/ is not a package). Loading it puts
+    models/ on sys.path, where its steps are: the package ``training``."""
     spec = importlib.util.spec_from_file_location("train_default", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -47,7 +52,14 @@ def load_script() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def td() -> ModuleType:
+    """The command line: main() and its parser."""
     return load_script()
+
+
+@pytest.fixture(scope="module")
+def tr(td: ModuleType) -> SimpleNamespace:
+    """The steps the tests reach into, ``tr.corpus`` for models/training/corpus.py etc."""
+    return SimpleNamespace(**{name: importlib.import_module(f"training.{name}") for name in STEPS})
 
 
 @pytest.fixture(scope="module")
@@ -77,15 +89,15 @@ def test_help_exits_cleanly(td: ModuleType, capsys: pytest.CaptureFixture[str]) 
     assert "--minutes" in capsys.readouterr().out
 
 
-def test_heldout_rule_is_sha1_mod_50(td: ModuleType) -> None:
+def test_heldout_rule_is_sha1_mod_50(tr: SimpleNamespace) -> None:
     for rel in ("os.py", "asyncio/tasks.py", "json/__init__.py", "email/_parseaddr.py"):
         expected = int(hashlib.sha1(rel.encode()).hexdigest(), 16) % 50 == 0
-        assert td.is_heldout(rel) is expected
+        assert tr.corpus.is_heldout(rel) is expected
 
 
-def test_candidates_exclude_tests_and_machine_files(td: ModuleType) -> None:
-    assert td.is_candidate("os.py")
-    assert td.is_candidate("asyncio/tasks.py")
+def test_candidates_exclude_tests_and_machine_files(tr: SimpleNamespace) -> None:
+    assert tr.corpus.is_candidate("os.py")
+    assert tr.corpus.is_candidate("asyncio/tasks.py")
     for rel in (
         "test/test_os.py",
         "idlelib/idle_test/test_run.py",
@@ -96,23 +108,23 @@ def test_candidates_exclude_tests_and_machine_files(td: ModuleType) -> None:
         "_sysconfigdata__linux_x86_64-linux-gnu.py",
         "pydoc_data/topics.py",
     ):
-        assert not td.is_candidate(rel), rel
+        assert not tr.corpus.is_candidate(rel), rel
 
 
-def test_doc_windows_score_every_token_once(td: ModuleType) -> None:
+def test_doc_windows_score_every_token_once(tr: SimpleNamespace) -> None:
     for n in (1, 2, 5, 16, 17, 40, 123):
         ids = list(range(n + 1))
         scored: list[int] = []
-        for inp, tgt, first in td.doc_windows(ids, 16):
+        for inp, tgt, first in tr.evaluation.doc_windows(ids, 16):
             assert len(inp) == len(tgt) <= 16
             assert all(t == i + 1 for i, t in zip(inp, tgt, strict=True))
             scored.extend(tgt[max(0, first) :])
         assert scored == ids[1:], n
 
 
-def test_lr_schedule_warms_up_then_decays(td: ModuleType) -> None:
-    recipe = td.Recipe(lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
-    lrs = [td.lr_at(s, 200, recipe) for s in range(200)]
+def test_lr_schedule_warms_up_then_decays(tr: SimpleNamespace) -> None:
+    recipe = tr.recipe.Recipe(lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    lrs = [tr.model.lr_at(s, 200, recipe) for s in range(200)]
     assert lrs[0] == pytest.approx(1e-4)
     assert lrs[9] == pytest.approx(1e-3)
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:], strict=False))
@@ -124,11 +136,11 @@ def test_lr_schedule_warms_up_then_decays(td: ModuleType) -> None:
 FIM_TEXT = 'def naïve(x):\n    """Σ"""\n    return x + 1  # 🐍\n\n\nclass A:\n    pass\n'
 
 
-def test_random_character_split_round_trips(td: ModuleType) -> None:
+def test_random_character_split_round_trips(tr: SimpleNamespace) -> None:
     rng = random.Random(0)
     cuts = set()
     for _ in range(300):
-        prefix, middle, suffix = td.split_at_random_characters(FIM_TEXT, rng)
+        prefix, middle, suffix = tr.fim.split_at_random_characters(FIM_TEXT, rng)
         assert prefix + middle + suffix == FIM_TEXT
         cuts.add((len(prefix), len(prefix) + len(middle)))
     # Character positions: some fall inside a word (as no token or line boundary would).
@@ -137,16 +149,16 @@ def test_random_character_split_round_trips(td: ModuleType) -> None:
     assert len(cuts) > 100
 
 
-def test_fim_pieces_psm_and_spm_orders(td: ModuleType) -> None:
-    ids = td.FimIds(eot=0, prefix=1, suffix=2, middle=3)
-    assert td.fim_pieces("P", "M", "S", False, ids) == [1, "P", 2, "S", 3, "M"]
+def test_fim_pieces_psm_and_spm_orders(tr: SimpleNamespace) -> None:
+    ids = tr.fim.FimIds(eot=0, prefix=1, suffix=2, middle=3)
+    assert tr.fim.fim_pieces("P", "M", "S", False, ids) == [1, "P", 2, "S", 3, "M"]
     # SPM: the prefix and the middle are one text, tokenized together.
-    assert td.fim_pieces("P", "M", "S", True, ids) == [1, 2, "S", 3, "PM"]
+    assert tr.fim.fim_pieces("P", "M", "S", True, ids) == [1, 2, "S", 3, "PM"]
 
 
-def test_line_chunks_join_back_and_end_on_newlines(td: ModuleType) -> None:
+def test_line_chunks_join_back_and_end_on_newlines(tr: SimpleNamespace) -> None:
     text = "".join(f"line {i} " + "x" * (i % 37) + "\n" for i in range(400)) + "tail"
-    chunks = td.line_chunks(text, random.Random(1), 50, 300)
+    chunks = tr.fim.line_chunks(text, random.Random(1), 50, 300)
     assert "".join(chunks) == text
     assert all(c.endswith("\n") for c in chunks[:-1])
     assert all(len(c) >= 50 for c in chunks[:-1])
@@ -157,16 +169,18 @@ def documents_text(tok, docs: list[list[int]]) -> str:
     return "".join(tok.decode(d, skip_special_tokens=False) for d in docs)
 
 
-def test_plan_documents_formats_and_rates(td: ModuleType, tiny_run: tuple[Path, list[str]]) -> None:
+def test_plan_documents_formats_and_rates(
+    tr: SimpleNamespace, tiny_run: tuple[Path, list[str]]
+) -> None:
     from tokenizers import Tokenizer
 
     out, _ = tiny_run
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    ids = td.FimIds.of(tok)
+    ids = tr.fim.FimIds.of(tok)
     assert (ids.eot, ids.prefix, ids.suffix, ids.middle) == (0, 1, 2, 3)
     texts = [FIM_TEXT * 40, "x = 1\n" * 300]
-    recipe = td.Recipe(fim_rate=0.5, spm_rate=0.5, fim_chunk_min=40, fim_chunk_max=200)
-    docs = td.plan_documents(texts, recipe, 0, ids, random.Random(5))
+    recipe = tr.recipe.Recipe(fim_rate=0.5, spm_rate=0.5, fim_chunk_min=40, fim_chunk_max=200)
+    docs = tr.fim.plan_documents(texts, recipe, 0, ids, random.Random(5))
     kinds = {"psm": 0, "spm": 0, "plain": 0}
     rebuilt = []
     for doc in docs:
@@ -189,7 +203,7 @@ def test_plan_documents_formats_and_rates(td: ModuleType, tiny_run: tuple[Path, 
     assert min(kinds.values()) >= 5, kinds
 
     # The token ids: specials as they are, each text part tokenized on its own.
-    encoded = td.encode_pieces(tok, docs)
+    encoded = tr.fim.encode_pieces(tok, docs)
     for doc, enc in zip(docs, encoded, strict=True):
         expect = [t for p in doc for t in ([p] if isinstance(p, int) else tok.encode(p).ids)]
         assert enc == expect
@@ -197,13 +211,13 @@ def test_plan_documents_formats_and_rates(td: ModuleType, tiny_run: tuple[Path, 
     assert decoded.count("<|fim_middle|>") == kinds["psm"] + kinds["spm"]
 
 
-def test_fim_rate_zero_is_the_plain_documents(td: ModuleType) -> None:
+def test_fim_rate_zero_is_the_plain_documents(tr: SimpleNamespace) -> None:
     texts = [FIM_TEXT, "import os\n"]
-    docs = td.plan_documents(texts, td.Recipe(fim_rate=0.0), 0, None, random.Random(0))
+    docs = tr.fim.plan_documents(texts, tr.recipe.Recipe(fim_rate=0.0), 0, None, random.Random(0))
     assert docs == [[0, FIM_TEXT], [0, "import os\n"]]
 
 
-def test_data_tar_round_trips_the_corpus(td: ModuleType, tmp_path: Path) -> None:
+def test_data_tar_round_trips_the_corpus(tr: SimpleNamespace, tmp_path: Path) -> None:
     root = tmp_path / "lib"
     files = {
         "os.py": "import sys\r\n",
@@ -216,13 +230,15 @@ def test_data_tar_round_trips_the_corpus(td: ModuleType, tmp_path: Path) -> None
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(text.encode())
     first, second = tmp_path / "a.tar.gz", tmp_path / "b.tar.gz"
-    meta = td.make_data_tar(root, first)
-    td.make_data_tar(root, second)
+    meta = tr.corpus.make_data_tar(root, first)
+    tr.corpus.make_data_tar(root, second)
     assert first.read_bytes() == second.read_bytes()  # reproducible bytes
     assert meta["files"] == 2
     with tarfile.open(first) as tar:
-        assert sorted(tar.getnames()) == sorted([td.DATA_TAR_META, "json/__init__.py", "os.py"])
-    from_dir, from_tar = td.load_corpus(root), td.load_corpus_from_tar(first)
+        assert sorted(tar.getnames()) == sorted(
+            [tr.corpus.DATA_TAR_META, "json/__init__.py", "os.py"]
+        )
+    from_dir, from_tar = tr.corpus.load_corpus(root), tr.corpus.load_corpus_from_tar(first)
     assert (
         from_tar.train_files + from_tar.heldout_files
         == from_dir.train_files + from_dir.heldout_files
@@ -231,17 +247,32 @@ def test_data_tar_round_trips_the_corpus(td: ModuleType, tmp_path: Path) -> None
     assert "import sys\n" in from_tar.train_texts + from_tar.heldout_texts
 
 
-def test_validation_split_is_disjoint(td: ModuleType) -> None:
+def test_validation_split_is_disjoint(tr: SimpleNamespace) -> None:
     rels = [f"pkg/m{i}.py" for i in range(400)]
-    corpus = td.Corpus(Path("."), list(rels), [], [f"t{i}" for i in range(400)], [])
-    td.split_validation(corpus)
+    corpus = tr.corpus.Corpus(Path("."), list(rels), [], [f"t{i}" for i in range(400)], [])
+    tr.corpus.split_validation(corpus)
     assert corpus.validation_files and corpus.train_files
-    assert all(td.is_validation(r) for r in corpus.validation_files)
-    assert not any(td.is_validation(r) for r in corpus.train_files)
+    assert all(tr.corpus.is_validation(r) for r in corpus.validation_files)
+    assert not any(tr.corpus.is_validation(r) for r in corpus.train_files)
     assert sorted(corpus.train_files + corpus.validation_files) == sorted(rels)
     assert all(
         t == f"t{r[5:-3]}" for r, t in zip(corpus.train_files, corpus.train_texts, strict=True)
     )
+
+
+def _steps_with_examples() -> list[str]:
+    folder = ROOT / "models" / "training"
+    return [p.stem for p in sorted(folder.glob("*.py")) if ">>>" in p.read_text(encoding="utf-8")]
+
+
+@pytest.mark.parametrize("name", _steps_with_examples())
+def test_step_docstring_examples(td: ModuleType, name: str) -> None:
+    """The examples in models/training/ (tests/test_doctests.py walks the installed packages,
+    which do not include it)."""
+    module = importlib.import_module(f"training.{name}")
+    assert module.__file__ is not None and Path(module.__file__).parent.name == "training"
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=False)
+    assert result.failed == 0, f"{result.failed} example(s) of training.{name} failed (see stdout)"
 
 
 # --------------------------------------------------------------------------- tiny run
@@ -271,7 +302,7 @@ def test_tiny_run_config_and_model_load(tiny_run: tuple[Path, list[str]]) -> Non
 
 
 def test_tiny_run_tokenizer_structure_and_round_trip(
-    td: ModuleType, tiny_run: tuple[Path, list[str]]
+    tr: SimpleNamespace, tiny_run: tuple[Path, list[str]]
 ) -> None:
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
@@ -284,7 +315,7 @@ def test_tiny_run_tokenizer_structure_and_round_trip(
     split, byte_level = spec["pre_tokenizer"]["pretokenizers"]
     assert spec["pre_tokenizer"]["type"] == "Sequence"
     assert split["type"] == "Split" and split["behavior"] == "Isolated"
-    assert split["pattern"] == {"Regex": td.CL100K_PATTERN}
+    assert split["pattern"] == {"Regex": tr.tokenizer.CL100K_PATTERN}
     assert byte_level["type"] == "ByteLevel"
     assert byte_level["add_prefix_space"] is False and byte_level["use_regex"] is False
     assert [(t["id"], t["content"], t["special"]) for t in spec["added_tokens"]] == [
@@ -305,7 +336,7 @@ def test_tiny_run_tokenizer_structure_and_round_trip(
 
 
 def test_tiny_run_heldout_is_disjoint_from_training(
-    td: ModuleType, tiny_run: tuple[Path, list[str]]
+    tr: SimpleNamespace, tiny_run: tuple[Path, list[str]]
 ) -> None:
     out, _ = tiny_run
     heldout = json.loads((out / "heldout_files.json").read_text())
@@ -313,8 +344,8 @@ def test_tiny_run_heldout_is_disjoint_from_training(
     held, train = set(heldout["files"]), set(summary["data"]["train_files"])
     assert held and train
     assert not held & train
-    assert all(td.is_heldout(f) for f in held)
-    assert not any(td.is_heldout(f) for f in train)
+    assert all(tr.corpus.is_heldout(f) for f in held)
+    assert not any(tr.corpus.is_heldout(f) for f in train)
     assert heldout["python_version"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
