@@ -102,6 +102,16 @@ DEEPSEEK3_PATTERNS = (
     "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
 )
 
+# DeepSeek-Coder (v1): lone CR and LF, letters, punctuation and CJK runs (with at most one
+# whitespace in front), then every digit alone (llama.cpp's "\p{N}"; a Digits step in the
+# model's tokenizer.json), then ByteLevel without its own split
+DEEPSEEK_CODER_PATTERNS = (
+    "[\r\n]",
+    r"\s?\p{L}+",
+    r"\s?\p{P}+",
+    "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+",
+)
+
 
 def _split(pattern: str) -> dict:
     return {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
@@ -142,6 +152,14 @@ PRE_TOKENIZERS: dict[str, PreTokenizerRecipe] = {
         _sequence(_split(QWEN2_PATTERN), BYTELEVEL_NO_REGEX),
         normalizer={"type": "NFC"},
         models="Qwen2, Qwen2.5, Qwen3 (NFC as their tokenizer.json, single digits)",
+    ),
+    "deepseek-coder": PreTokenizerRecipe(
+        _sequence(
+            *(_split(p) for p in DEEPSEEK_CODER_PATTERNS),
+            {"type": "Digits", "individual_digits": True},
+            BYTELEVEL_NO_REGEX,
+        ),
+        models="DeepSeek-Coder 1.3B, 6.7B, 33B (v1): four chained splits, then single digits",
     ),
     "deepseek-v3": PreTokenizerRecipe(
         _sequence(*(_split(p) for p in DEEPSEEK3_PATTERNS), BYTELEVEL_NO_REGEX),
