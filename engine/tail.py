@@ -18,7 +18,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from .bpe import BPETokenizer
-from .leaf_tables import Config, LeafTables, scan_configs
+from .leaf_tables import Config, LeafTables
 from .pretok import ClassMachine
 from .utf8 import SHORT_PROBES, char_byte_offsets, split_utf8
 from .validity import Validity
@@ -34,6 +34,9 @@ HYPS_MEMO_SIZE = 1 << 14  # shapes kept (a few hundred bytes each)
 # qwen3, two interleaved rounds) stayed within run-to-run noise.
 TAIL_CACHE_ENTRIES = 256
 TAIL_CACHE_BYTES = 32 << 20  # leaf arrays kept at most (a llama3 tree's end node: 850 KB)
+# below this many tokens from one offset, asking pair validity token by token is cheaper
+# than gathering the successor mask (whitespace runs have dozens of tokens per offset)
+MASKED_STEPS_MIN = 12
 ONLY_BARE: frozenset[bytes] = frozenset({b""})  # WholeWords.exts of a T with no other ending
 
 
@@ -119,8 +122,10 @@ def build_tail(engine: TailSource, region: bytes) -> tuple[tuple[int, ...], list
     cached = engine.tail_cache.get(region)
     if cached is not None:
         return cached
-    result = _TailBuilder(engine, region).run()
+    builder = _TailBuilder(engine, region, engine.tail_cache.last_build)
+    result = builder.run()
     engine.tail_cache.put(region, result)
+    engine.tail_cache.last_build = builder
     return result
 
 
@@ -144,6 +149,9 @@ class TailCache:
             OrderedDict()
         )
         self.nbytes = 0
+        # the builder of the last tail built: the next key's builder takes over what stays
+        # true of the region's shared bytes (see `_TailBuilder` and `_Reuse`)
+        self.last_build: _TailBuilder | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -171,6 +179,83 @@ class TailCache:
     def clear(self) -> None:
         self._items.clear()
         self.nbytes = 0
+        self.last_build = None
+
+
+class ConfigScan:
+    r""":func:`~midword.engine.leaf_tables.scan_configs` of every prefix of one class
+    sequence, one character at a time: O(1) a character instead of a scan of the whole
+    prefix for each (the tail asks it at every offset near the region's end, and the next
+    key's builder goes on from where this one stopped).
+
+    ``_raw[k]``: the attempts still open after ``k`` characters (`scan_configs`'s answer
+    before its empty-match check, which a later character may still pass), or None once
+    some attempt died without a match (no later character revives it).
+
+    Example (llama3's pattern: letters run on, a space starts a new pre-token):
+        >>> from midword.engine.leaf_tables import scan_configs
+        >>> from midword.engine.pretok import ClassMachine
+        >>> m = ClassMachine(r" ?\p{L}+| ?\p{N}+|\s+")
+        >>> classes = m.classes("ab cd")
+        >>> scan = ConfigScan(m)
+        >>> all(scan.at(k, classes) == scan_configs(m, classes[:k]) for k in range(6))
+        True
+    """
+
+    def __init__(self, machine: ClassMachine, raw: list[tuple[Config, ...] | None] | None = None):
+        self.machine = machine
+        self._raw = raw or [(Config((), 0, ClassMachine.INIT, None),)]
+
+    def head(self, k: int) -> ConfigScan:
+        """A scan that shares this one's first ``k`` characters (another region that
+        starts with them)."""
+        return ConfigScan(self.machine, self._raw[: k + 1])
+
+    def at(self, k: int, classes: list[int]) -> list[Config] | None:
+        """`scan_configs` of ``classes[:k]`` (``classes`` extends what was scanned)."""
+        raw = self._raw
+        while len(raw) <= k:
+            before = raw[-1]
+            i = len(raw) - 1
+            raw.append(None if before is None else self._step(before, classes[i], i))
+        got = raw[k]
+        if got is None or (got[-1].pending is not None and got[-1].pending <= got[-1].start):
+            return None  # some attempt died unmatched, or the last one matched empty
+        return list(got)
+
+    def _step(self, before: tuple[Config, ...], cls: int, i: int) -> tuple[Config, ...] | None:
+        """The attempts open after character ``i`` (class ``cls``), from those before it:
+        `scan_configs`'s loop, resumed where each attempt stood."""
+        out: list[Config] = []
+        index, att = 0, before[0]
+        while True:
+            matched, state = self.machine.step(att.state, cls)
+            rec = i if matched else att.pending
+            if state == ClassMachine.DEAD:
+                if rec is None or rec <= att.start:
+                    return None
+            else:
+                out.append(Config(att.splits, att.start, state, rec))
+                if rec is None or rec <= att.start:
+                    return tuple(out)  # the end (or an empty match, refused by `at`)
+            if matched:  # the attempt ends here: a new one starts with this character
+                att = Config((*att.splits, i), i, ClassMachine.INIT, None)
+            else:  # it ends at its pending match: the next attempt was already running
+                index += 1
+                att = before[index]
+
+
+def _kept(old: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The tokens of sorted ``old`` that are in ``ids`` (a few dozen: faster than np.isin).
+
+    >>> _kept(np.array([2, 5, 9]), np.array([9, 4, 2]))
+    array([2, 9])
+    """
+    if not len(old):
+        return old
+    ids = np.sort(ids)
+    at = np.minimum(np.searchsorted(ids, old), len(ids) - 1)
+    return old[ids[at] == old]
 
 
 def _hyp_order(h: Hyp) -> tuple[list[int], bool, int]:
@@ -205,7 +290,11 @@ class _Node:
 
 
 class _TailBuilder:
-    def __init__(self, engine: TailSource, region: bytes) -> None:
+    """Builds the tail of one region. ``prev``: the builder of the previous key's region;
+    where one region starts with the other, what depends only on their shared bytes is
+    taken over rather than worked out again (`_take_over`)."""
+
+    def __init__(self, engine: TailSource, region: bytes, prev: _TailBuilder | None = None) -> None:
         self.engine = engine
         self.tok = engine.tok
         self.region = region
@@ -217,6 +306,35 @@ class _TailBuilder:
         self._steps: dict[int, list[tuple[int, int]]] = {}  # pos -> _tokens_from(pos)
         self._after: dict[int, list[int]] = {}  # id(hypothesis) -> _splits_after(h)
         self._configs: dict[int, list[Config] | None] = {}  # character offset -> _configs_at
+        self._scan: ConfigScan | None = None  # `_configs_at`, every prefix of the text
+        self._straddled: dict[tuple[int, ...], np.ndarray] = {}  # path -> table straddlers
+        # taken over from ``prev`` (never ``prev`` itself: builders would chain up)
+        self._prev_steps: tuple[dict[int, list[tuple[int, int]]], int] | None = None
+        self._prev_classes: list[int] = []
+        self._prev_straddled: dict[tuple[int, ...], np.ndarray] = {}
+        if prev is not None and prev.engine is engine:
+            self._take_over(prev)
+
+    def _take_over(self, prev: _TailBuilder) -> None:
+        """Keep what ``prev`` worked out that only depends on bytes both regions share.
+
+        Where one region starts with the other (a key typed, a backspace): the tokens that
+        spell the bytes from an offset (`_tokens_from`, trimmed or extended to the new
+        end), the character classes and `scan_configs` states of the shared characters.
+        Where the region only grew: the table-judged straddlers of a node (a path), whose
+        verdicts hold token by token (`_straddlers`).
+        """
+        old = prev.region
+        if not (self.region.startswith(old) or old.startswith(self.region)):
+            return
+        self._prev_steps = (prev._steps, len(old))
+        chars = min(len(self.text), len(prev.text))  # one text starts with the other
+        if prev._classes is not None:
+            self._prev_classes = prev._classes[:chars]
+        if prev._scan is not None:
+            self._scan = prev._scan.head(chars)
+        if len(self.region) >= len(old):
+            self._prev_straddled = prev._straddled
 
     # hypotheses of where the pre-tokenizer splits, for text + continuation
     def hyps_for(self, cont: str, cont_bytes: int) -> list[tuple[list[int], int]]:
@@ -252,9 +370,7 @@ class _TailBuilder:
         """
         key = None
         if self.engine.machine is not None and len(self.text) <= HYPS_MEMO_CHARS:
-            if self._classes is None:
-                self._classes = self.engine.machine.classes(self.text)
-            key = (tuple(self._classes), tuple(self.byte_offs), self.partial)
+            key = (tuple(self._class_list()), tuple(self.byte_offs), self.partial)
             hit = self.engine.hyps_memo.get(key)
             if hit is not None:
                 return hit
@@ -318,7 +434,10 @@ class _TailBuilder:
             return
         gates = self._gates(node)
         reach = max((limit for _, limit, _ in gates), default=-1)
-        for t, end in self._tokens_from(node.pos):
+        steps = self._tokens_from(node.pos)
+        if len(steps) >= MASKED_STEPS_MIN and not any(split for _, _, split in gates):
+            steps = self._pair_valid_steps(node, steps)
+        for t, end in steps:
             if end > reach:
                 break  # tokens come shortest first: every longer one crosses a split too
             hyps = self._inner_ok(node, t, end, gates)
@@ -343,11 +462,43 @@ class _TailBuilder:
         (the same for every node at ``pos``: whitespace runs have many)."""
         got = self._steps.get(pos)
         if got is None:
-            get, region = self.tok.bytes_to_id.get, self.region
-            top = min(self.engine.max_token_len, len(region) - pos)
-            ids = ((get(region[pos : pos + k]), pos + k) for k in range(1, top + 1))
-            got = self._steps[pos] = [(t, end) for t, end in ids if t is not None]
+            top = min(self.engine.max_token_len, len(self.region) - pos)
+            got = self._prev_tokens_from(pos, top)
+            if got is None:
+                got = self._spell_from(pos, 0, top)
+            self._steps[pos] = got
         return got
+
+    def _spell_from(self, pos: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """(token, end) for the tokens of ``lo + 1`` to ``hi`` bytes at ``pos``."""
+        get, region = self.tok.bytes_to_id.get, self.region
+        ids = ((get(region[pos : pos + k]), pos + k) for k in range(lo + 1, hi + 1))
+        return [(t, end) for t, end in ids if t is not None]
+
+    def _prev_tokens_from(self, pos: int, top: int) -> list[tuple[int, int]] | None:
+        """`_tokens_from` of the previous region at ``pos`` (the bytes it read are shared),
+        cut or extended to this region's end; None where it was not asked."""
+        if self._prev_steps is None:
+            return None
+        steps, old_n = self._prev_steps
+        old = steps.get(pos)
+        if old is None:
+            return None
+        old_top = min(self.engine.max_token_len, old_n - pos)
+        if old_top == top:
+            return old
+        if old_top > top:
+            return [step for step in old if step[1] <= pos + top]
+        return old + self._spell_from(pos, old_top, top)
+
+    def _pair_valid_steps(self, node: _Node, steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """``steps`` less the tokens that cannot follow the node's token inside a
+        pre-token (one mask gather, not a `pair_valid` per token): where no hypothesis
+        splits at the node, `_inner_ok` refuses them all."""
+        assert node.last is not None  # a split at offset 0 always: the root never gets here
+        succ = self.engine.validity.successors(node.last)
+        ok = succ[[t for t, _ in steps]].tolist()
+        return list(itertools.compress(steps, ok))
 
     def _splits_after(self, h: Hyp) -> list[int]:
         """For each offset ``pos`` of the region, the first split of ``h`` inside the
@@ -465,8 +616,12 @@ class _TailBuilder:
         ids = self.engine.sorted_ids[lo:hi][self.engine.sorted_len[lo:hi] > len(rest)]
         if not len(ids):
             return ids  # the usual case away from the region's end: no token reaches past it
-        got = self._table_leaves(node, ids)
+        old = self._prev_straddled.get(node.path)
+        # the table verdict of a token at a node holds whatever the region's end: the
+        # previous region's straddlers that still reach past this one's end are the answer
+        got = _kept(old, ids) if old is not None else self._table_leaves(node, ids)
         if got is not None:
+            self._straddled[node.path] = got
             return got
         return self._exact_leaves(node, ids.tolist(), len(rest))
 
@@ -515,11 +670,20 @@ class _TailBuilder:
             return self._configs[k]
         machine, got = self.engine.machine, None
         if machine is not None and not self._has_added(self.text[:k]):
-            if self._classes is None:
-                self._classes = machine.classes(self.text)
-            got = scan_configs(machine, self._classes[:k])
+            if self._scan is None:
+                self._scan = ConfigScan(machine)
+            got = self._scan.at(k, self._class_list())
         self._configs[k] = got
         return got
+
+    def _class_list(self) -> list[int]:
+        """The class machine's class of every character of the text (those of the
+        previous region's shared characters taken over)."""
+        if self._classes is None:
+            machine, head = self.engine.machine, self._prev_classes
+            assert machine is not None
+            self._classes = head + machine.classes(self.text[len(head) :])
+        return self._classes
 
     def _config_verdicts(
         self,
