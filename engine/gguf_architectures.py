@@ -14,6 +14,10 @@ reads them):
 - ``starcoder2``: LayerNorm with bias (``attention.layer_norm_epsilon``), biases on every
   projection, a plain GELU (tanh form) feed-forward ``ffn_up`` → ``ffn_down`` (transformers'
   ``c_fc`` / ``c_proj``), NeoX rope, no sliding window (llama.cpp ignores StarCoder2's).
+- ``phi3`` (Phi-3 mini / medium, 4k context): fused QKV (``attn_qkv``) and gate-up
+  (``ffn_up``, gate rows first) matrices, which transformers' Phi3 holds fused too (kept
+  as they are), RMSNorm, NeoX rope, untied output; the sliding window the converter writes
+  is dropped, as llama.cpp drops it.
 - ``gemma``: RMSNorm whose weights the converter stored with 1 added (transformers' Gemma
   multiplies by ``1 + w``, llama.cpp by ``w``), embeddings scaled by √hidden (in both),
   GELU-gated feed-forward, head size from ``attention.key_length`` (Gemma 7B's 256 is not
@@ -92,6 +96,16 @@ def _starcoder2_settings(gf: GGUFFile) -> dict[str, Any]:
     }
 
 
+def _phi3_settings(gf: GGUFFile) -> dict[str, Any]:
+    # the converter writes Phi-3's sliding window, and llama.cpp turns it off ("Phi SWA is
+    # currently disabled", llama-model.cpp): the model llama.cpp runs attends to everything
+    settings: dict[str, Any] = {**_rms_settings(gf), "sliding_window": None}
+    original = gf.arch_value("rope.scaling.original_context_length", None)
+    if original is not None:  # (read by transformers' LongRoPE only, refused anyway)
+        settings["original_max_position_embeddings"] = int(original)
+    return settings
+
+
 @dataclass(frozen=True)
 class Architecture:
     """How one ``general.architecture`` maps onto a transformers model class."""
@@ -104,6 +118,7 @@ class Architecture:
     norm_shift: float = 0.0  # the converter added this to every norm weight (Gemma's 1)
     output_is_embedding: bool = False  # llama.cpp always uses token_embd as the output
     global_tensors: Mapping[str, str] = field(default_factory=lambda: dict(_GLOBAL_TENSORS))
+    ignored_metadata: tuple[str, ...] = ()  # <arch>.* keys written but not read by llama.cpp
 
 
 _LAYER_COMMON = {
@@ -121,6 +136,14 @@ _QKV_BIAS = {f"attn_{x}.bias": f"self_attn.{x}_proj.bias" for x in "qkv"}
 _QK_NORM = {
     "attn_q_norm.weight": "self_attn.q_norm.weight",
     "attn_k_norm.weight": "self_attn.k_norm.weight",
+}
+_PHI3_LAYER = {  # fused QKV and gate-up matrices, as transformers' Phi3 holds them too
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_qkv.weight": "self_attn.qkv_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_up.weight": "mlp.gate_up_proj.weight",  # gate rows first: llama.cpp's swiglu split
+    "ffn_down.weight": "mlp.down_proj.weight",
 }
 _STARCODER2_LAYER = {
     **{f"attn_norm.{p}": f"input_layernorm.{p}" for p in ("weight", "bias")},
@@ -140,6 +163,13 @@ ARCHITECTURES: dict[str, Architecture] = {
         _STARCODER2_LAYER,
         settings=_starcoder2_settings,
         global_tensors=_GLOBAL_TENSORS | {"output_norm.bias": "model.norm.bias"},
+    ),
+    "phi3": Architecture(
+        "Phi3Config",
+        "Phi3ForCausalLM",
+        _PHI3_LAYER,
+        settings=_phi3_settings,
+        ignored_metadata=("attention.sliding_window",),
     ),
     "gemma": Architecture(
         "GemmaConfig",
@@ -223,8 +253,9 @@ def refuse_unmodelled(gf: GGUFFile) -> None:
     where = gf.path.name
     if int(gf.arch_value("expert_count", 0) or 0):
         raise GGUFError(f"{where}: mixture-of-experts models are not supported")
+    arch = architecture(gf)
     for key in ("attn_logit_softcapping", "final_logit_softcapping", "attention.sliding_window"):
-        if gf.arch_value(key, None) is not None:
+        if key not in arch.ignored_metadata and gf.arch_value(key, None) is not None:
             raise GGUFError(f"{where}: {gf.arch}.{key} is set; midword does not model it")
     size = head_dim(gf)
     if int(gf.arch_value("attention.value_length", size)) != size:

@@ -38,6 +38,7 @@ import numpy as np
 from .gguf_reader import GGUFError, GGUFFile
 
 ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's tensor of per-frequency factors
+LONGROPE_FACTORS = frozenset({"rope_factors_long.weight", "rope_factors_short.weight"})
 # the values Llama 3.1 (factor 8) and Llama 3.2 (factor 32) ship with, besides the factor
 LLAMA3_SHIPPED: dict[str, Any] = {
     "low_freq_factor": 1.0,
@@ -55,6 +56,11 @@ def rope_parameters(gf: GGUFFile, base: float, head_dim: int) -> dict[str, Any] 
     kind = _scaling_type(gf)
     factor = _scaling_factor(gf)
     has_factors = ROPE_FREQS in gf.tensor_names()
+    if gf.tensor_names() & LONGROPE_FACTORS:
+        raise GGUFError(
+            f"{where}: LongRoPE factors ({', '.join(sorted(LONGROPE_FACTORS))}: Phi-3 128k, "
+            "Phi-3.5) are not modelled"
+        )
     if kind not in ("none", "linear"):
         raise GGUFError(
             f"{where}: rope scaling {kind!r} is not supported (midword maps 'linear' "

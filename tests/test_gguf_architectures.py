@@ -83,6 +83,27 @@ def tiny_gemma(seed: int, vocab_size: int) -> transformers.PreTrainedModel:
     return model
 
 
+@functools.cache
+def phi3_vocab() -> Vocab:
+    """A small SentencePiece vocabulary, as Phi-3 mini / medium have (Llama 2's kind)."""
+    return small_vocab(7)
+
+
+def tiny_phi3(seed: int, vocab_size: int) -> transformers.PreTrainedModel:
+    """A random Phi-3 (fused QKV and gate-up matrices, untied output) with Phi-3 mini's
+    sliding window of 2,047 in its config, which llama.cpp does not apply."""
+    torch.manual_seed(seed)
+    config = transformers.Phi3Config(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        original_max_position_embeddings=256, rms_norm_eps=1e-5, sliding_window=2047,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=None,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    _randomise_vectors(model, 1.0)
+    return model
+
+
 # ------------------------------------------------------------------ written as llama.cpp does
 def _metadata_starcoder2(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> None:
     """TextModel.set_gguf_parameters (StarCoder2Model overrides nothing), then the
@@ -108,6 +129,32 @@ def _metadata_gemma(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> N
     w.add_add_eos_token(False)
 
 
+def _metadata_phi3(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> None:
+    """Phi3MiniModel.set_gguf_parameters (which does not call TextModel's: no key length,
+    the sliding window written, 0 when the config has none) and its SentencePiece
+    set_vocab (tokenizer.ggml.pre 'default')."""
+    rope = cfg.rope_parameters
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_rope_scaling_orig_ctx_len(cfg.original_max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    rotary = int(rope.get("partial_rotary_factor", 1.0) * cfg.hidden_size)
+    w.add_rope_dimension_count(rotary // cfg.num_attention_heads)
+    w.add_rope_freq_base(rope["rope_theta"])
+    w.add_sliding_window(cfg.sliding_window or 0)
+    write_vocab(w, phi3_vocab())
+    w.add_tokenizer_pre("default")
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+
+METADATA = {"starcoder2": _metadata_starcoder2, "gemma": _metadata_gemma, "phi3": _metadata_phi3}
+
+
 def write_like_llama_cpp(
     path: Path,
     model: transformers.PreTrainedModel,
@@ -122,7 +169,7 @@ def write_like_llama_cpp(
     cfg = model.config
     arch = cfg.model_type
     w = gguf.GGUFWriter(str(path), arch)
-    (_metadata_gemma if arch == "gemma" else _metadata_starcoder2)(w, cfg)
+    METADATA[arch](w, cfg)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
     for name, tensor in model.state_dict().items():
         if name == "lm_head.weight" and (arch == "gemma" or cfg.tie_word_embeddings):
@@ -161,14 +208,22 @@ def gemma_ids() -> list[list[int]]:
     return [[2, *oracle.ids(text)] for text in GEMMA_TEXTS]
 
 
+def phi3_ids() -> list[list[int]]:
+    oracle = phi3_vocab().oracle()
+    return [[1, *oracle.ids(text)] for text in ["abc de\nxy", "ed cab", "x"]]
+
+
 def build(arch: str, seed: int, tie: bool = True, use_bias: bool = True):  # noqa: ANN201
     if arch == "gemma":
         return tiny_gemma(seed, len(gemma_vocab().tokens))
+    if arch == "phi3":
+        return tiny_phi3(seed, len(phi3_vocab().tokens))
     return tiny_starcoder2(seed, tie, use_bias)
 
 
 def prompts(arch: str) -> list[list[int]]:
-    return gemma_ids() if arch == "gemma" else [BPE_IDS, BPE_IDS[::-1][:5], [3, 3, 3]]
+    special = {"gemma": gemma_ids, "phi3": phi3_ids}
+    return special[arch]() if arch in special else [BPE_IDS, BPE_IDS[::-1][:5], [3, 3, 3]]
 
 
 # ------------------------------------------------------------------ weights
@@ -176,6 +231,7 @@ CASES = [
     ("starcoder2", "F32", True, True), ("starcoder2", "F32", False, True),
     ("starcoder2", "F32", True, False), ("starcoder2", "Q8_0", False, True),
     ("gemma", "F32", True, True), ("gemma", "Q8_0", True, True),
+    ("phi3", "F32", False, False), ("phi3", "Q8_0", False, False),
 ]  # fmt: skip
 
 
@@ -245,6 +301,45 @@ def test_gemma_config_tokenizer_and_norms(tmp_path: Path) -> None:
     assert np.array_equal(np.asarray(in_file.data), norm + np.float32(1))
     restored = mg.dequantized_tensors(mg.GGUFFile(file))["model.norm.weight"]
     assert np.abs(restored - norm).max() < 1e-6 and not np.allclose(restored, norm + 1)
+
+
+def test_phi3_config_and_fused_matrices(tmp_path: Path) -> None:
+    """Config fields round-trip; the sliding window the file carries (2,047, as Phi-3
+    mini's) is dropped, as llama.cpp drops it; the fused QKV and gate-up matrices are
+    stored as the file holds them (transformers' Phi3 holds them fused too)."""
+    source = tiny_phi3(3, len(phi3_vocab().tokens))
+    file = write_like_llama_cpp(tmp_path / "p.gguf", source, "F32")
+    assert mg.GGUFFile(file).arch_value("attention.sliding_window") == 2047
+    config = json.loads(
+        (mg.convert_gguf(file, cache_dir=tmp_path / "c") / "config.json").read_text()
+    )
+    theirs = source.config.to_dict()
+    for key in (
+        "model_type", "hidden_size", "intermediate_size", "num_attention_heads",
+        "num_key_value_heads", "rms_norm_eps", "hidden_act", "tie_word_embeddings",
+        "rope_parameters", "max_position_embeddings", "original_max_position_embeddings",
+        "bos_token_id", "eos_token_id", "vocab_size",
+    ):  # fmt: skip
+        assert config[key] == theirs[key], key
+    assert config["architectures"] == ["Phi3ForCausalLM"] and config["sliding_window"] is None
+    tensors = mg.dequantized_tensors(mg.GGUFFile(file))
+    qkv = tensors["model.layers.1.self_attn.qkv_proj.weight"]
+    assert qkv.shape == (64 + 2 * 32, 64)
+    assert np.array_equal(qkv, source.model.layers[1].self_attn.qkv_proj.weight.detach().numpy())
+
+
+def test_phi3_long_context_and_partial_rotary_files_are_refused(tmp_path: Path) -> None:
+    """Phi-3 128k / Phi-3.5 (LongRoPE factor tensors) and Phi-4-mini's partial rotary
+    embeddings (three quarters of each head) are not modelled."""
+    source = tiny_phi3(4, len(phi3_vocab().tokens))
+    factors = {f"rope_factors_{k}.weight": np.ones(8, np.float32) for k in ("long", "short")}
+    file = write_like_llama_cpp(tmp_path / "long.gguf", source, "F32", extra=factors)
+    with pytest.raises(mg.GGUFError, match="LongRoPE factors"):
+        mg.convert_gguf(file, cache_dir=tmp_path / "c")
+    source.config.rope_parameters["partial_rotary_factor"] = 0.75
+    file = write_like_llama_cpp(tmp_path / "partial.gguf", source, "F32")
+    with pytest.raises(mg.GGUFError, match=r"partial rotary embeddings \(12 of 16\)"):
+        mg.convert_gguf(file, cache_dir=tmp_path / "c")
 
 
 # ------------------------------------------------------------------ refusals
