@@ -25,7 +25,8 @@ the tests:
 - Non-special added text is matched first, leftmost-longest; a token that would
   complete one begun before it is never the encoder's choice.
 
-What is not modelled exactly is refused at load by name (:func:`check_sentencepiece`).
+What is not modelled exactly is refused at load by name
+(:func:`~midword.engine.sentencepiece_spec.check_sentencepiece`).
 """
 
 from __future__ import annotations
@@ -45,129 +46,23 @@ from .bpe import (
     NO_MERGE,
     AddedToken,
     BPETokenizer,
-    TokenizerError,
     bpe_apply,
     bpe_last_merge,
     cache_root,
 )
 from .bpe import reorder_merges as _reorder
 from .completions import completion_points, utf8_length
+from .sentencepiece_spec import SPACE_PIECE, UnsupportedSentencePiece, check_sentencepiece
 from .tail import TailCache, TailNode
 from .utf8 import PrefixError, char_byte_offsets, split_utf8
 from .validity import Validity
 
-SPACE_PIECE = "\u2581"  # how SentencePiece writes a space
 SPACE_PIECE_BYTES = SPACE_PIECE.encode("utf-8")
 BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 EMPTY = np.zeros(0, dtype=np.int64)
 HARD_MEMO_SIZE = 1 << 16  # neighbour pairs whose verdict is kept
 PENDING_MEMO_SIZE = 1 << 16  # region ends whose pending added-text starts are kept
 HEAP_BPE_FROM = 16  # symbols in a chunk above which bpe_heap beats bpe_apply's rescans
-
-
-class UnsupportedSentencePiece(TokenizerError):
-    """A SentencePiece feature midword does not model exactly (named in the message)."""
-
-
-# ------------------------------------------------------------------ the file
-def is_sentencepiece(spec: dict) -> bool:
-    """A BPE model with byte fallback or ``▁`` spaces and no ByteLevel step."""
-    model = spec.get("model") or {}
-    text = str(spec.get("normalizer")) + str(spec.get("pre_tokenizer")) + str(spec.get("decoder"))
-    return model.get("type") == "BPE" and (
-        bool(model.get("byte_fallback")) or SPACE_PIECE in text or "Metaspace" in text
-    )
-
-
-def check_sentencepiece(spec: dict, file: Path) -> tuple[bool, bool]:
-    """(dummy prefix, split before every space) of a supported file; raises
-    :class:`UnsupportedSentencePiece` naming any feature that is not modelled exactly.
-
-    >>> spec = {"model": {"type": "BPE", "byte_fallback": True}, "normalizer": {"type": "Replace",
-    ...         "pattern": {"String": " "}, "content": "▁"}}
-    >>> check_sentencepiece(spec, Path("t.json"))
-    (False, False)
-    """
-    model = spec["model"]
-    bad = _model_problem(model)
-    if bad:
-        raise UnsupportedSentencePiece(f"{file}: SentencePiece {bad} is not supported")
-    lead, replaced = _normalizer(spec.get("normalizer"), file)
-    pre_lead, split, pre_replaced = _pre_tokenizer(spec.get("pre_tokenizer"), replaced, file)
-    if not (replaced or pre_replaced):
-        raise UnsupportedSentencePiece(f"{file}: spaces are never written as '▁' (no Replace)")
-    _decoder(spec.get("decoder"), file)
-    return lead or pre_lead, split
-
-
-def _model_problem(model: dict) -> str | None:
-    if not model.get("byte_fallback"):
-        return "without byte_fallback (unknown characters become <unk>)"
-    for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
-        if model.get(key):
-            return f"{key}={model[key]!r}"
-    if model.get("ignore_merges"):
-        return "ignore_merges (a whole text found in the vocabulary is one token)"
-    return None
-
-
-def _normalizer(spec: dict | None, file: Path) -> tuple[bool, bool]:
-    """(prepends '▁', replaces ' ' with '▁') for Prepend / Replace, alone or in a Sequence."""
-    parts = (
-        (spec.get("normalizers") or [] if spec.get("type") == "Sequence" else [spec])
-        if spec
-        else []
-    )
-    lead = replaced = False
-    for part in parts:
-        kind = part.get("type")
-        if kind == "Prepend" and part.get("prepend") == SPACE_PIECE:
-            lead = True
-        elif kind == "Replace" and _is_space_replace(part):
-            replaced = True
-        else:
-            raise UnsupportedSentencePiece(f"{file}: SentencePiece normalizer {kind!r} ({part})")
-    return lead, replaced
-
-
-def _is_space_replace(part: dict) -> bool:
-    return (part.get("pattern") or {}).get("String") == " " and part.get("content") == SPACE_PIECE
-
-
-def _pre_tokenizer(spec: dict | None, replaced: bool, file: Path) -> tuple[bool, bool, bool]:
-    """(dummy prefix, split, replaces spaces) of Metaspace / a no-op Split / nothing."""
-    if not spec:
-        return False, False, False
-    parts = spec.get("pretokenizers") or [] if spec.get("type") == "Sequence" else [spec]
-    lead = split = replaces = False
-    for part in parts:
-        kind = part.get("type")
-        if kind == "Split" and replaced and (part.get("pattern") or {}).get("String") == " ":
-            continue  # spaces are already '▁' when it runs: it never splits
-        if kind != "Metaspace" or part.get("replacement") != SPACE_PIECE:
-            raise UnsupportedSentencePiece(f"{file}: SentencePiece pre_tokenizer {kind!r} ({part})")
-        scheme = part.get("prepend_scheme") or (
-            "always" if part.get("add_prefix_space") else "never"
-        )
-        if scheme != "never":
-            raise UnsupportedSentencePiece(
-                f"{file}: Metaspace prepend_scheme {scheme!r} is not supported: it adds the "
-                "dummy '▁' only where the text does not start with a space, so ' x' and 'x' "
-                "encode alike"
-            )
-        replaces = True
-        split = split or bool(part.get("split", True))
-    return lead, split, replaces
-
-
-def _decoder(spec: dict | None, file: Path) -> None:
-    known = {"Replace", "ByteFallback", "Fuse", "Strip", "Metaspace"}
-    parts = (
-        (spec.get("decoders") or [] if spec.get("type") == "Sequence" else [spec]) if spec else []
-    )
-    for part in parts:
-        if part.get("type") not in known:
-            raise UnsupportedSentencePiece(f"{file}: SentencePiece decoder {part.get('type')!r}")
 
 
 # ------------------------------------------------------------- the tokenizer

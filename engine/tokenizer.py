@@ -58,7 +58,8 @@ def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> B
         spec = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise TokenizerError(f"{file} is not valid JSON: {exc}") from exc
-    from .sentencepiece import is_sentencepiece, load_sentencepiece
+    from .sentencepiece import load_sentencepiece
+    from .sentencepiece_spec import is_sentencepiece
 
     if is_sentencepiece(spec) and not _uses_bytelevel(spec.get("pre_tokenizer")):
         return load_sentencepiece(spec, file, _digest(raw), use_cache)
