@@ -13,6 +13,11 @@ types in one place: it is chosen again only when the buffer's window is rebuilt
 it was chosen. Typing in the buffer then only extends the prompt's end, and the
 live covering tree and KV cache keep their work.
 
+A file that matches ``excludeFiles`` (server/where.py: ``.env``, keys, credentials)
+is never quoted, whatever its language: its text must not reach the prompt, which a
+team server (``engine: vllm``) receives over the network. A change of the patterns
+chooses every block again.
+
 >>> comment_prefix("python"), comment_prefix("typescript"), comment_prefix("plaintext")
 ('#', '//', None)
 >>> print(format_snippet("utils.py", ["def parse_args(argv):", "", "    return argv"], "#"))
@@ -32,6 +37,7 @@ from urllib.parse import unquote, urlparse
 
 from .document import Document
 from .positions import utf8_len
+from .where import excluded_by
 
 __all__ = ["ContextFiles", "comment_prefix", "format_snippet"]
 
@@ -71,6 +77,7 @@ class _Frozen:
     window_line: int | None  # the buffer's window start when the block was chosen
     clock: int  # the latest event in another file then
     budget: int
+    exclude: tuple[str, ...]  # the excludeFiles patterns it was chosen under
     block: bytes
 
 
@@ -96,8 +103,15 @@ class ContextFiles:
         self._frozen.pop(uri, None)
         self._last_close = self._clock
 
-    def block(self, doc: Document, documents: Mapping[str, Document], budget: int) -> bytes:
-        """UTF-8 of the block for ``doc`` (b"" when there is nothing to quote). Call after
+    def block(
+        self,
+        doc: Document,
+        documents: Mapping[str, Document],
+        budget: int,
+        exclude: tuple[str, ...] = (),
+    ) -> bytes:
+        """UTF-8 of the block for ``doc`` (b"" when there is nothing to quote), never
+        quoting a file that matches a pattern of ``exclude``. Call after
         ``doc.prefix_window`` so that its window start is the current one."""
         if budget <= 0 or comment_prefix(doc.language_id) is None:
             return b""
@@ -108,10 +122,11 @@ class ContextFiles:
             and kept.window_line == doc.window_line
             and kept.clock >= elsewhere
             and kept.budget == budget
+            and kept.exclude == exclude
         ):
             return kept.block
-        block = self._choose(doc, documents, budget).encode("utf-8")
-        self._frozen[doc.uri] = _Frozen(doc.window_line, self._clock, budget, block)
+        block = self._choose(doc, documents, budget, exclude).encode("utf-8")
+        self._frozen[doc.uri] = _Frozen(doc.window_line, self._clock, budget, exclude, block)
         return block
 
     def _latest_elsewhere(self, uri: str) -> int:
@@ -119,10 +134,20 @@ class ContextFiles:
         others = (clock for other, clock in self._touched.items() if other != uri)
         return max(max(others, default=0), self._last_close)
 
-    def _choose(self, doc: Document, documents: Mapping[str, Document], budget: int) -> str:
+    def _choose(
+        self,
+        doc: Document,
+        documents: Mapping[str, Document],
+        budget: int,
+        exclude: tuple[str, ...],
+    ) -> str:
         mark = comment_prefix(doc.language_id)
         assert mark is not None
-        recent = [u for u in reversed(self._touched) if u != doc.uri and u in documents]
+        recent = [
+            u
+            for u in reversed(self._touched)
+            if u != doc.uri and u in documents and excluded_by(u, exclude) is None
+        ]
         same = [documents[u] for u in recent if documents[u].language_id == doc.language_id]
         same = same[: min(MAX_FILES, budget // MIN_SNIPPET_BYTES)]  # the most recent first
         parts: list[str] = []

@@ -30,6 +30,7 @@ from .positions import from_index
 from .reuse import TypedThrough
 from .scope import IndentCounts, Scope, identifier_split, scope_for, suffix_window
 from .trim import following_lines, trim_repeats
+from .where import blocked_reason
 from .worker import Answer, ModelHost, Request, Status, Superseded
 
 __all__ = ["Controller", "EditItem", "InlineItem"]
@@ -105,11 +106,26 @@ class Controller:
         old, self.options = self.options, new
         if old != new:
             self._typed.forget()  # shown under other options (or another model)
+        if (old.languages, old.exclude_files) != (new.languages, new.exclude_files):
+            self._drop_blocked()
         if isinstance(raw, dict) and "logLevel" in raw.get("midword", raw):
             _set_log_level(new.log_level)  # else the command line's --log-level stays
         if initial or needs_reload(old, new):
             self.host.load(new)
         return problems
+
+    def blocked(self, doc: Document) -> str | None:
+        """Why ``doc`` gets no completions under the options (server/where.py); None when
+        it gets them."""
+        o = self.options
+        return blocked_reason(doc.uri, doc.language_id, o.languages, o.exclude_files)
+
+    def _drop_blocked(self) -> None:
+        """Free the live VCTs of documents the options now leave out (nothing of theirs
+        stays in the model's memory)."""
+        for uri, doc in self.documents.items():
+            if self.host.is_live(uri) and self.blocked(doc) is not None:
+                self.host.close(uri)
 
     # ------------------------------------------------------------------ documents
     def open(self, uri: str, text: str, version: int, language_id: str = "") -> None:
@@ -158,6 +174,9 @@ class Controller:
         if doc is None:
             log.warning("inline completion for a document that is not open: %s", uri)
             return []
+        if (why := self.blocked(doc)) is not None:
+            log.debug("no completion for %s: %s", uri, why)
+            return []
         asked = _Asked.at(doc, doc.cursor(line, character, self.encoding))
         ask = self._asks[uri] = self._asks.get(uri, 0) + 1
         if not invoked and (rest := self._typed.rest(uri, asked.edits, asked.cursor)):
@@ -197,6 +216,9 @@ class Controller:
         (empty when the document changed meanwhile, as for `inline`)."""
         doc = self.documents.get(uri)
         if doc is None:
+            return []
+        if (why := self.blocked(doc)) is not None:
+            log.debug("no completion for %s: %s", uri, why)
             return []
         asked = _Asked.at(doc, doc.cursor(line, character, self.encoding))
         scope = self._scope(asked, "never")
@@ -281,9 +303,10 @@ class Controller:
         """The model's prompt for a cursor: other files' snippets (kept while the user types
         in one place, server/context_files.py), then the buffer's window up to the cursor."""
         window = doc.prefix_window(cursor, self.options.window_bytes)
-        if self.options.context_files == "off":
+        o = self.options
+        if o.context_files == "off":
             return window
-        return self._context.block(doc, self.documents, self.options.context_bytes) + window
+        return self._context.block(doc, self.documents, o.context_bytes, o.exclude_files) + window
 
     def _suffix(self, doc: Document, cursor: Cursor) -> bytes:
         """The text after the cursor for a fill-in-the-middle model's prompt (b"" when the

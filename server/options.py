@@ -14,6 +14,8 @@ line that the server shows to the user.
 True
 >>> parse_options({"ensemble": ["/a", "/b"], "ensembleWeights": [1, -1]})[0].ensemble_weights
 (1.0, -1.0)
+>>> dict(parse_options({"languages": {"markdown": True}})[0].languages)["markdown"]
+True
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from midword.engine.ensemble import COMBINES
 from midword.engine.fim import FIM_CHOICES
 from midword.engine.generate import METHODS, MODES
 from midword.engine.hf_backend import DTYPES
+
+from .where import DEFAULT_EXCLUDE_FILES, DEFAULT_LANGUAGES
 
 __all__ = ["RELOAD_FIELDS", "ServerOptions", "needs_reload", "parse_options"]
 
@@ -94,6 +98,12 @@ class ServerOptions:
     # or a template name; the text after the cursor, up to suffixBytes, ends on a line
     fim: str = "auto"
     suffix_bytes: int = 1024
+    # where midword completes (server/where.py): language id -> on, "*" the rest; a
+    # client's object is laid over the default (as VS Code merges object settings)
+    languages: tuple[tuple[str, bool], ...] = tuple(sorted(DEFAULT_LANGUAGES.items()))
+    # glob patterns of files never completed nor quoted to other buffers; a list replaces
+    # the default ([] turns it off)
+    exclude_files: tuple[str, ...] = DEFAULT_EXCLUDE_FILES
 
 
 Check = Callable[[Any], bool]
@@ -124,8 +134,16 @@ def _finite(v: Any) -> bool:
     return _number(-math.inf)(v)
 
 
+def _language_switches(v: Any) -> bool:
+    return isinstance(v, Mapping) and all(
+        isinstance(key, str) and isinstance(on, bool) for key, on in v.items()
+    )
+
+
 def _convert(default: Any, value: Any) -> Any:
     """A checked JSON value in the field's Python type (lists become tuples)."""
+    if isinstance(value, Mapping):  # languages: the client's entries over the default's
+        return tuple(sorted({**DEFAULT_LANGUAGES, **value}.items()))
     if isinstance(default, tuple):  # lists of strings or of numbers (weights are floats)
         return tuple(x if isinstance(x, str) else float(x) for x in value)
     if isinstance(default, str) and not isinstance(value, str):  # "auto" | N: N stays a number
@@ -173,6 +191,16 @@ _SPEC: dict[str, tuple[str, Check, str]] = {
     "engine_model": ("engineModel", lambda v: isinstance(v, str), "a string"),
     "fim": ("fim", *_one_of(FIM_CHOICES)),
     "suffix_bytes": ("suffixBytes", _integer(0), "an integer >= 0"),
+    "languages": (
+        "languages",
+        _language_switches,
+        'an object of language ids to true or false, "*" for the rest',
+    ),
+    "exclude_files": (
+        "excludeFiles",
+        _list_of(lambda v: isinstance(v, str) and bool(v.strip())),
+        "a list of glob patterns",
+    ),
 }
 
 
@@ -199,9 +227,10 @@ def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOp
             values[f.name] = _convert(getattr(ServerOptions(), f.name), data[key])
         else:
             default = getattr(ServerOptions(), f.name)
+            shown = dict(default) if f.name == "languages" else default  # as the client wrote it
             problems.append(
                 f"midword.{key} = {json.dumps(data[key])} is invalid "
-                f"(expected {expected}); using {json.dumps(default)}"
+                f"(expected {expected}); using {json.dumps(shown)}"
             )
             values[f.name] = default
     return ServerOptions(**values), problems
