@@ -18,6 +18,10 @@ reads them):
   (``ffn_up``, gate rows first) matrices, which transformers' Phi3 holds fused too (kept
   as they are), RMSNorm, NeoX rope, untied output; the sliding window the converter writes
   is dropped, as llama.cpp drops it.
+- ``gemma2``: as ``gemma``, with four norms per layer (before and after attention and
+  the feed-forward, all + 1), attention and final logit soft-capping, a sliding window on
+  every even layer, and llama.cpp's query scale (1/sqrt(head size); 27B, told by its 46
+  layers: 1/sqrt(hidden / heads)).
 - ``gemma``: RMSNorm whose weights the converter stored with 1 added (transformers' Gemma
   multiplies by ``1 + w``, llama.cpp by ``w``), embeddings scaled by √hidden (in both),
   GELU-gated feed-forward, head size from ``attention.key_length`` (Gemma 7B's 256 is not
@@ -106,6 +110,39 @@ def _phi3_settings(gf: GGUFFile) -> dict[str, Any]:
     return settings
 
 
+GEMMA2_27B_LAYERS = 46  # llama.cpp tells Gemma 2 27B by its layer count
+
+
+def _gemma2_settings(gf: GGUFFile) -> dict[str, Any]:
+    """Gemma 2 as llama.cpp runs it (``llama-model.cpp``): soft-capping and the sliding
+    window from the file, sliding attention on every even layer (its swa pattern 2), and
+    queries scaled by 1/sqrt(head size), except 27B's by 1/sqrt(hidden / heads)."""
+    where = f"{gf.path.name}: a gemma2 file without"
+    values = {}
+    for key in ("attn_logit_softcapping", "final_logit_softcapping", "attention.sliding_window"):
+        value = gf.arch_value(key, None)
+        if value is None:  # (the converter always writes them)
+            raise GGUFError(f"{where} {gf.arch}.{key}, which midword needs written")
+        values[key] = value
+    layers = int(gf.arch_value("block_count"))
+    hidden, heads = (
+        int(gf.arch_value("embedding_length")),
+        int(gf.arch_value("attention.head_count")),
+    )
+    scalar = hidden // heads if layers == GEMMA2_27B_LAYERS else head_dim(gf)
+    return {
+        **_rms_settings(gf),
+        "hidden_activation": "gelu_pytorch_tanh",  # ggml's GELU is the tanh form
+        "query_pre_attn_scalar": scalar,
+        "attn_logit_softcapping": shortest_float(values["attn_logit_softcapping"]),
+        "final_logit_softcapping": shortest_float(values["final_logit_softcapping"]),
+        "sliding_window": int(values["attention.sliding_window"]),
+        "layer_types": [
+            "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)
+        ],
+    }
+
+
 @dataclass(frozen=True)
 class Architecture:
     """How one ``general.architecture`` maps onto a transformers model class."""
@@ -118,7 +155,9 @@ class Architecture:
     norm_shift: float = 0.0  # the converter added this to every norm weight (Gemma's 1)
     output_is_embedding: bool = False  # llama.cpp always uses token_embd as the output
     global_tensors: Mapping[str, str] = field(default_factory=lambda: dict(_GLOBAL_TENSORS))
-    ignored_metadata: tuple[str, ...] = ()  # <arch>.* keys written but not read by llama.cpp
+    # <arch>.* keys the settings take care of: read into the config, or dropped where
+    # llama.cpp does not apply them (refused for other architectures)
+    handled_metadata: tuple[str, ...] = ()
 
 
 _LAYER_COMMON = {
@@ -145,6 +184,12 @@ _PHI3_LAYER = {  # fused QKV and gate-up matrices, as transformers' Phi3 holds t
     "ffn_up.weight": "mlp.gate_up_proj.weight",  # gate rows first: llama.cpp's swiglu split
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+_GEMMA2_LAYER = {  # Gemma 2's four norms per layer
+    **{k: v for k, v in _LAYER_COMMON.items() if k != "ffn_norm.weight"},
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
 _STARCODER2_LAYER = {
     **{f"attn_norm.{p}": f"input_layernorm.{p}" for p in ("weight", "bias")},
     **{f"ffn_norm.{p}": f"post_attention_layernorm.{p}" for p in ("weight", "bias")},
@@ -169,7 +214,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         "Phi3ForCausalLM",
         _PHI3_LAYER,
         settings=_phi3_settings,
-        ignored_metadata=("attention.sliding_window",),
+        handled_metadata=("attention.sliding_window",),
     ),
     "gemma": Architecture(
         "GemmaConfig",
@@ -179,11 +224,22 @@ ARCHITECTURES: dict[str, Architecture] = {
         norm_shift=1.0,
         output_is_embedding=True,
     ),
+    "gemma2": Architecture(
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        _GEMMA2_LAYER,
+        settings=_gemma2_settings,
+        norm_shift=1.0,
+        output_is_embedding=True,
+        handled_metadata=(
+            "attn_logit_softcapping",
+            "final_logit_softcapping",
+            "attention.sliding_window",
+        ),  # fmt: skip
+    ),
 }
 # Families close to a supported one, refused with what is not modelled.
 UNMODELLED: dict[str, str] = {
-    "gemma2": "Gemma 2 (logit soft-capping, sliding-window attention on every other layer, "
-    "norms after attention and after the feed-forward)",
     "gemma3": "Gemma 3 (Q/K norms, sliding-window layers with their own rope base, norms "
     "after attention and after the feed-forward)",
     "gemma3n": "Gemma 3n (per-layer embeddings, AltUp, LAuReL)",
@@ -255,7 +311,7 @@ def refuse_unmodelled(gf: GGUFFile) -> None:
         raise GGUFError(f"{where}: mixture-of-experts models are not supported")
     arch = architecture(gf)
     for key in ("attn_logit_softcapping", "final_logit_softcapping", "attention.sliding_window"):
-        if key not in arch.ignored_metadata and gf.arch_value(key, None) is not None:
+        if key not in arch.handled_metadata and gf.arch_value(key, None) is not None:
             raise GGUFError(f"{where}: {gf.arch}.{key} is set; midword does not model it")
     size = head_dim(gf)
     if int(gf.arch_value("attention.value_length", size)) != size:
