@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,13 +31,7 @@ __all__ = ["Backend", "EnsembleModels", "FimDocument", "LiveDocument", "SingleMo
 
 StopFn = Callable[[], bool] | None
 CutFn = Callable[[str], int | None] | None
-# A cold prefill (a newly opened buffer, a paste) is evaluated in chunks, with a check for a
-# newer request between two: a superseded request waits for the chunk under way at most.
-# The first chunk's speed sizes the next ones to about PREFILL_CHUNK_S each: a fixed 256
-# tokens took 2.6 s on a CPU at 0.5B parameters, one call on a GPU does a thousand.
-PREFILL_FIRST = 64  # tokens in a prefill's first chunk, before its speed is known
-PREFILL_CHUNK_S = 0.25  # the time each later chunk aims at
-PREFILL_LIMITS = (32, 1024)  # fewest and most tokens in one chunk
+PREFILL_CHUNK = 256  # trunk tokens evaluated between two checks for a newer request
 log = logging.getLogger("midword.server")
 
 
@@ -112,14 +105,9 @@ class Backend(Protocol):
         """Text of special and added tokens: never to be inserted into a document."""
 
 
-def prefill(
-    session: Any,
-    trunk: Sequence[int],
-    should_stop: StopFn,
-    clock: Callable[[], float] = time.perf_counter,
-) -> None:
-    """Evaluate the uncached part of ``trunk`` but its last chunk, in chunks sized by
-    `next_chunk`, and raise `Interrupted` between chunks once ``should_stop()`` is true.
+def prefill(session: Any, trunk: Sequence[int], should_stop: StopFn) -> None:
+    """Evaluate the uncached part of ``trunk`` but its last chunk, `PREFILL_CHUNK` tokens
+    at a time, and raise `Interrupted` between chunks once ``should_stop()`` is true.
 
     A newly opened buffer or a paste means a prefill of the whole window (about a
     thousand tokens): in one call, a request for another cursor, or a newer one for
@@ -130,29 +118,12 @@ def prefill(
         return
     from midword.engine.generate import Interrupted
 
-    end, chunk = session.cached_trunk_len(trunk), PREFILL_FIRST
-    while end + chunk < len(trunk):
+    for end in range(session.cached_trunk_len(trunk) + PREFILL_CHUNK, len(trunk), PREFILL_CHUNK):
         if should_stop():
             raise Interrupted("stopped between prefill chunks")
-        end += chunk
-        started = clock()
         session.logprobs(trunk[:end], [()])
-        chunk = next_chunk(chunk, clock() - started)
     if should_stop():
         raise Interrupted("stopped after the prefill")
-
-
-def next_chunk(tokens: int, seconds: float) -> int:
-    """Tokens in a prefill's next chunk after one of ``tokens`` took ``seconds``: about
-    `PREFILL_CHUNK_S` at that speed, within `PREFILL_LIMITS`.
-
-    >>> next_chunk(64, 1.0), next_chunk(64, 0.2), next_chunk(64, 0.001)
-    (32, 80, 1024)
-    """
-    fewest, most = PREFILL_LIMITS
-    if seconds <= 0:
-        return most
-    return max(fewest, min(most, int(tokens * PREFILL_CHUNK_S / seconds)))
 
 
 def _tree_json(engine_vct: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from midword.engine.backend import FakeModel
 from midword.engine.generate import Interrupted, Settings
 from midword.server.controller import Controller, EditItem, InlineItem
 from midword.server.document import Range
-from midword.server.live import PREFILL_FIRST, PREFILL_LIMITS, SingleModel, prefill
+from midword.server.live import PREFILL_CHUNK, SingleModel
 from midword.server.scheduler import Scheduler, Superseded
 from midword.server.scope import Scope
 from midword.server.worker import SYNC_DELAY_S, Answer, ModelHost, Request, Status
@@ -235,59 +235,13 @@ def test_a_cold_prefill_stops_between_chunks_when_the_document_changes(engine, f
     seen.on_call = current.clear  # the document changes during the first chunk
     with pytest.raises(Interrupted):
         host.submit(_request("a", LONG, is_current=current.is_set)).result(10)
-    assert seen.calls == [PREFILL_FIRST]  # one chunk, then it stopped
-    assert len(build_tree(engine, LONG).trunk) > 3 * PREFILL_FIRST
+    assert seen.calls == [PREFILL_CHUNK]  # one chunk, then it stopped
+    assert len(build_tree(engine, LONG).trunk) > 3 * PREFILL_CHUNK
     # the next request keeps the chunk and evaluates only the rest
     seen.on_call = None
     answer = host.submit(_request("a", LONG)).result(30)
-    assert answer.texts and seen.calls[1] == 2 * PREFILL_FIRST
+    assert answer.texts and seen.calls[1] == 2 * PREFILL_CHUNK
     host.shutdown()
-
-
-class _TimedSession:
-    """A session whose calls cost ``per_token`` seconds of a fake clock per new token."""
-
-    def __init__(self, per_token: float) -> None:
-        self.per_token, self.now, self.cached, self.calls = per_token, 0.0, 0, []
-
-    def cached_trunk_len(self, trunk: list[int]) -> int:
-        return self.cached
-
-    def logprobs(self, trunk: list[int], paths: list[tuple[int, ...]]) -> None:
-        self.now += self.per_token * (len(trunk) - self.cached)
-        self.cached = len(trunk)
-        self.calls.append(len(trunk))
-
-    def clock(self) -> float:
-        return self.now
-
-
-@pytest.mark.parametrize(
-    ("per_token", "later_chunk"),
-    [(0.01, PREFILL_LIMITS[0]), (2**-9, 128), (1e-6, PREFILL_LIMITS[1])],
-    ids=["slow-cpu", "cpu", "gpu"],
-)
-def test_prefill_chunks_follow_the_measured_speed(per_token: float, later_chunk: int) -> None:
-    """The first chunk's speed sizes the next ones (a newer request waits for about a
-    chunk, at any model size); the last part is left to the request itself."""
-    session, trunk = _TimedSession(per_token), list(range(3000))
-    prefill(session, trunk, should_stop=lambda: False, clock=session.clock)
-    sizes = [b - a for a, b in zip([0, *session.calls[:-1]], session.calls, strict=True)]
-    assert sizes[0] == PREFILL_FIRST
-    assert set(sizes[1:]) == {later_chunk}
-    assert 0 < len(trunk) - session.calls[-1] <= later_chunk
-
-
-def test_prefill_stops_between_its_chunks() -> None:
-    session, checks = _TimedSession(2**-9), []
-
-    def stop_after_two() -> bool:
-        checks.append(len(session.calls))
-        return len(session.calls) == 2
-
-    with pytest.raises(Interrupted):
-        prefill(session, list(range(3000)), should_stop=stop_after_two, clock=session.clock)
-    assert session.calls == [PREFILL_FIRST, PREFILL_FIRST + 128] and checks == [0, 1, 2]
 
 
 def test_a_running_request_stops_for_a_newer_one_for_its_document(engine, fake) -> None:
@@ -298,7 +252,7 @@ def test_a_running_request_stops_for_a_newer_one_for_its_document(engine, fake) 
         host.submit(_request("a", LONG)).result(10)
     seen.on_call = None
     assert newer[0].result(10).texts
-    assert seen.prepared == [LONG, b"x = 2"] and seen.calls[0] == PREFILL_FIRST
+    assert seen.prepared == [LONG, b"x = 2"] and seen.calls[0] == PREFILL_CHUNK
     host.shutdown()
 
 
@@ -316,7 +270,7 @@ def test_background_sync_only_for_live_documents_and_gives_way(engine, fake) -> 
         time.sleep(SYNC_DELAY_S)
     assert answered[0].result(10).texts
     assert seen.synced == [LONG]
-    assert seen.calls[calls_before] == PREFILL_FIRST  # the sync's first chunk ...
+    assert seen.calls[calls_before] == PREFILL_CHUNK  # the sync's first chunk ...
     assert seen.prepared[-1] == b"y = 2"  # ... then the request, the sync stopped
     assert host.live_documents().result(5) == 2
     host.shutdown()
