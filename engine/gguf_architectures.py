@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from .gguf_reader import GGUFError, GGUFFile
+from .gguf_reader import GGUFError, GGUFFile, shortest_float
 from .gguf_rope import ROPE_FREQS, rope_parameters
 
 Settings = Callable[[GGUFFile], dict[str, Any]]
@@ -59,16 +59,6 @@ _GLOBAL_TENSORS = {
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
 # tensors whose content goes into config.json, not into the model's weights
 CONFIG_TENSORS = frozenset({ROPE_FREQS})
-
-
-def shortest_float(value: float) -> float:
-    """The shortest decimal of a float32 metadata value, as the model's config had it (a
-    float32 computation sees the same number).
-
-    >>> shortest_float(np.float32(1e-5)), float(np.float32(1e-5))
-    (1e-05, 9.999999747378752e-06)
-    """
-    return float(str(np.float32(value)))
 
 
 def _rms_settings(gf: GGUFFile) -> dict[str, Any]:

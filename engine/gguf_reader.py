@@ -1,4 +1,5 @@
-"""Reading a GGUF file's metadata: the one error type and the file wrapper that
+"""Reading a GGUF file's metadata: the one error type, the file wrapper and the
+shortest decimal of a float32 value (:func:`shortest_float`) that
 :mod:`midword.engine.gguf` (the conversion, the tokenizer) and
 :mod:`midword.engine.gguf_architectures` (the weights, config.json) share.
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 _MISSING = object()
 
@@ -49,3 +52,13 @@ class GGUFFile:
 
     def tensor_names(self) -> set[str]:
         return {t.name for t in self.reader.tensors}
+
+
+def shortest_float(value: float) -> float:
+    """The shortest decimal of a float32 metadata value, as the model's config had it (a
+    float32 computation sees the same number).
+
+    >>> shortest_float(np.float32(1e-5)), float(np.float32(1e-5))
+    (1e-05, 9.999999747378752e-06)
+    """
+    return float(str(np.float32(value)))

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .gguf_reader import GGUFError, GGUFFile
+from .gguf_reader import GGUFError, GGUFFile, shortest_float
 
 ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's tensor of per-frequency factors
 LONGROPE_FACTORS = frozenset({"rope_factors_long.weight", "rope_factors_short.weight"})
@@ -53,14 +53,31 @@ def rope_parameters(gf: GGUFFile, base: float, head_dim: int) -> dict[str, Any] 
     """The scaling part of transformers' ``rope_parameters`` (None: no scaling); GGUFError
     for a scaling transformers cannot reproduce exactly."""
     where = gf.path.name
-    kind = _scaling_type(gf)
+    _refuse_other_scalings(gf)
     factor = _scaling_factor(gf)
-    has_factors = ROPE_FREQS in gf.tensor_names()
+    linear = _scaling_type(gf) == "linear" and factor not in (0.0, 1.0)
+    if ROPE_FREQS not in gf.tensor_names():
+        return {"rope_type": "linear", "factor": shortest_float(factor)} if linear else None
+    if gf.arch != "llama":
+        raise GGUFError(f"{where}: rope frequency factors ({ROPE_FREQS}) in a {gf.arch} file")
+    if linear:
+        raise GGUFError(
+            f"{where}: both rope frequency factors and linear rope scaling (factor {factor}); "
+            "midword models one or the other"
+        )
+    return llama3_parameters(read_factors(gf), base, head_dim, where)
+
+
+def _refuse_other_scalings(gf: GGUFFile) -> None:
+    """LongRoPE factor tensors, scaling types other than none and linear, an attention
+    factor: refused by name."""
+    where = gf.path.name
     if gf.tensor_names() & LONGROPE_FACTORS:
         raise GGUFError(
             f"{where}: LongRoPE factors ({', '.join(sorted(LONGROPE_FACTORS))}: Phi-3 128k, "
             "Phi-3.5) are not modelled"
         )
+    kind = _scaling_type(gf)
     if kind not in ("none", "linear"):
         raise GGUFError(
             f"{where}: rope scaling {kind!r} is not supported (midword maps 'linear' "
@@ -68,19 +85,6 @@ def rope_parameters(gf: GGUFFile, base: float, head_dim: int) -> dict[str, Any] 
         )
     if float(gf.arch_value("rope.scaling.attn_factor", 1.0)) != 1.0:
         raise GGUFError(f"{where}: {gf.arch}.rope.scaling.attn_factor is set; not modelled")
-    linear = kind == "linear" and factor not in (0.0, 1.0)
-    if has_factors:
-        if gf.arch != "llama":
-            raise GGUFError(f"{where}: rope frequency factors ({ROPE_FREQS}) in a {gf.arch} file")
-        if linear:
-            raise GGUFError(
-                f"{where}: both rope frequency factors and linear rope scaling "
-                f"(factor {factor}); midword models one or the other"
-            )
-        return llama3_parameters(read_factors(gf), base, head_dim, where)
-    if linear:
-        return {"rope_type": "linear", "factor": _shortest(factor)}
-    return None
 
 
 def _scaling_type(gf: GGUFFile) -> str:
@@ -92,11 +96,6 @@ def _scaling_factor(gf: GGUFFile) -> float:
     if value is None:
         value = gf.arch_value("rope.scale_linear", 0.0)  # the older key llama.cpp still reads
     return float(value)
-
-
-def _shortest(value: float) -> float:
-    """The shortest decimal of a float32 metadata value (4.0, not 4.000000000000001)."""
-    return float(str(np.float32(value)))
 
 
 def read_factors(gf: GGUFFile) -> np.ndarray:
@@ -129,10 +128,10 @@ def llama3_parameters(
 ) -> dict[str, Any] | None:
     """transformers' ``llama3`` rope parameters that reproduce ``factors`` (None when every
     factor is 1: no scaling); GGUFError when none do."""
-    if factors.shape != (head_dim // 2,) or not np.all(np.isfinite(factors)):
+    if factors.shape != (head_dim // 2,) or not np.all(np.isfinite(factors) & (factors > 0)):
         raise GGUFError(
-            f"{where}: {ROPE_FREQS} holds {factors.size} factors, not one per rotary pair "
-            f"of a head of {head_dim}"
+            f"{where}: {ROPE_FREQS} holds {factors.size} factors, not one positive finite "
+            f"factor per rotary pair of a head of {head_dim}"
         )
     plain = inverse_frequencies(base, head_dim, NO_SCALING)
     if np.all(factors == 1):
@@ -153,7 +152,7 @@ def _llama3_candidates(factors: np.ndarray, plain: np.ndarray) -> Iterator[dict[
     """Llama 3.1 / 3.2's shipped values with the file's largest factor, then parameters
     solved from the blended factors (at least two are needed)."""
     factor = float(factors.max())
-    base = {"rope_type": "llama3", "factor": _shortest(factor)}
+    base = {"rope_type": "llama3", "factor": shortest_float(factor)}
     yield base | LLAMA3_SHIPPED
     solved = _solve_blend(factors, plain, factor)
     if solved is not None:  # the roundest values first: trained configs hold round numbers

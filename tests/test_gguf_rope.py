@@ -228,7 +228,8 @@ def _near_miss_factors() -> np.ndarray:
 REFUSALS = {
     "factors off": ({}, "near_miss", "match no Llama 3 rope parameters"),
     "factors not rising": ({}, np.float32([1, 3, 2, 4] * 2), "match no Llama 3 rope"),
-    "factors too few": ({}, np.float32([1, 2, 4]), "holds 3 factors, not one per rotary"),
+    "factors too few": ({}, np.float32([1, 2, 4]), "holds 3 factors, not one positive finite"),
+    "a factor 0": ({}, np.float32([1, 1, 0, 4] * 2), "not one positive finite factor"),
     "yarn": ({"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}, None, "'yarn' is not"),
     "longrope": ({"rope.scaling.type": "longrope"}, None, "rope scaling 'longrope'"),
     "factors and linear": (
