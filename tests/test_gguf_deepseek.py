@@ -8,10 +8,7 @@ merges under DeepSeek-Coder's pre-tokenizer."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -145,18 +142,22 @@ def test_trees_against_brute_force(rebuilt: Path) -> None:
             assert mine == truth, (prefix, sorted(mine ^ truth)[:5])
 
 
-def test_complete_accepts_a_deepseek_coder_file(tmp_path: Path) -> None:
-    """`midword complete --model x.gguf` end to end on a file written as llama.cpp writes
-    DeepSeek-Coder: llama, linear rope factor 4 (rope base 100,000), 'deepseek-coder'."""
+def test_complete_accepts_a_deepseek_coder_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`midword complete --model x.gguf` end to end (in this process: no second torch
+    start) on a file written as llama.cpp writes DeepSeek-Coder: llama, linear rope
+    factor 4 (rope base 100,000), 'deepseek-coder'."""
+    from midword.cli import main
+
     source = tiny_model(DEEPSEEK_LINEAR, theta=100000.0, max_positions=64, seed=3)
     file = write_file(tmp_path / "ds.gguf", source, pre="deepseek-coder")
-    env = {**os.environ, "MIDWORD_CACHE": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "midword", "complete", "--model", str(file), "--device", "cpu"]
-    cmd += ["--max-tokens", "3", "--json", "def ma"]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert json.loads(run.stdout.splitlines()[-1])["completion"] is not None
-    assert "dequantizing ds.gguf" in run.stderr
+    monkeypatch.setenv("MIDWORD_CACHE", str(tmp_path / "cache"))
+    argv = ["complete", "--model", str(file), "--device", "cpu", "--max-tokens", "3", "--json"]
+    assert main([*argv, "x = 12"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.splitlines()[-1])["completion"] is not None
+    assert "dequantizing ds.gguf" in err
     (folder,) = (tmp_path / "cache" / "gguf").iterdir()
     config = json.loads((folder / "config.json").read_text())
     assert config["rope_parameters"] == {**DEEPSEEK_LINEAR, "rope_theta": 100000.0}
