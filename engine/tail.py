@@ -152,6 +152,16 @@ class TailCache:
         # the builder of the last tail built: the next key's builder takes over what stays
         # true of the region's shared bytes (see `_TailBuilder` and `_Reuse`)
         self.last_build: _TailBuilder | None = None
+        self._places: tuple[np.ndarray, np.ndarray] | None = None
+
+    def places(self, sorted_ids: np.ndarray) -> np.ndarray:
+        """Each token's index in ``sorted_ids`` (the engine's text tokens in byte order;
+        -1 for the others), by token id."""
+        if self._places is None or self._places[0] is not sorted_ids:
+            places = np.full(int(sorted_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
+            places[sorted_ids] = np.arange(len(sorted_ids))
+            self._places = (sorted_ids, places)
+        return self._places[1]
 
     def __len__(self) -> int:
         return len(self._items)
@@ -243,19 +253,6 @@ class ConfigScan:
             else:  # it ends at its pending match: the next attempt was already running
                 index += 1
                 att = before[index]
-
-
-def _kept(old: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The tokens of sorted ``old`` that are in ``ids`` (a few dozen: faster than np.isin).
-
-    >>> _kept(np.array([2, 5, 9]), np.array([9, 4, 2]))
-    array([2, 9])
-    """
-    if not len(old):
-        return old
-    ids = np.sort(ids)
-    at = np.minimum(np.searchsorted(ids, old), len(ids) - 1)
-    return old[ids[at] == old]
 
 
 def _hyp_order(h: Hyp) -> tuple[list[int], bool, int]:
@@ -613,17 +610,32 @@ class _TailBuilder:
         if len(rest) >= self.engine.max_token_len:  # away from the region's end: no token
             return np.zeros(0, dtype=self.engine.sorted_ids.dtype)  # reaches past it
         lo, hi = self.engine.token_range(rest)
+        old = self._prev_straddled.get(node.path)
+        if old is not None:  # the previous region's straddlers here, judged by the tables
+            got = self._still_straddling(old, lo, hi, len(rest))
+            self._straddled[node.path] = got
+            return got
         ids = self.engine.sorted_ids[lo:hi][self.engine.sorted_len[lo:hi] > len(rest)]
         if not len(ids):
             return ids  # the usual case away from the region's end: no token reaches past it
-        old = self._prev_straddled.get(node.path)
-        # the table verdict of a token at a node holds whatever the region's end: the
-        # previous region's straddlers that still reach past this one's end are the answer
-        got = _kept(old, ids) if old is not None else self._table_leaves(node, ids)
+        got = self._table_leaves(node, ids)
         if got is not None:
             self._straddled[node.path] = got
             return got
         return self._exact_leaves(node, ids.tolist(), len(rest))
+
+    def _still_straddling(self, old: np.ndarray, lo: int, hi: int, rest: int) -> np.ndarray:
+        """The tokens of ``old`` (sorted ids) that still spell the rest of the region
+        (``rest`` bytes, the tokens ``lo:hi`` in byte order) and reach past it.
+
+        A table verdict on a token at a node holds whatever the region's end (it reads the
+        bytes up to the node and the token's own), and the region only grew: the previous
+        region's straddlers at the same path that still straddle are this one's. Found
+        through each token's place in byte order: no set operation on the candidates (a
+        node one space before the end has tens of thousands)."""
+        places = self.engine.tail_cache.places(self.engine.sorted_ids)[old]  # never -1: leaves
+        keep = (places >= lo) & (places < hi)  # of a straddler are text tokens
+        return old[keep & (self.engine.sorted_len[places] > rest)]
 
     def _end_children(self, node: _Node) -> list[int] | np.ndarray:
         if self.partial:  # only tokens that go on with the open character
@@ -753,12 +765,24 @@ class _TailBuilder:
         if any(c not in index for c in cuts):
             return False, False
         for a, b in itertools.pairwise(cuts):
-            if node.path[index[a] : index[b]] != self.tok.encode_word(self.region[a:b]):
+            if not self._is_bpe_of(node.path[index[a] : index[b]], self.region[a:b]):
                 return False, False
         s_b = self.byte_offs[s]
         open_toks = node.path[index[s_b] :]
-        allow_a = open_toks == self.tok.encode_word(self.region[s_b : node.pos])
+        allow_a = self._is_bpe_of(open_toks, self.region[s_b : node.pos])
         return allow_a, self._valid_run(open_toks)
+
+    def _is_bpe_of(self, toks: tuple[int, ...], word: bytes) -> bool:
+        """``tok.encode_word(word) == toks`` for tokens that spell ``word``, without BPE
+        (quadratic in the word: 2 ms for a 200-byte open pre-token, new at every key). By
+        the pairwise theorem, as :mod:`.partial_leaves` judges it: the BPE of a word is
+        the sequence that spells it whose first token is reachable and whose adjacent pairs
+        are valid; under ignore_merges a word that is a token is that token."""
+        if self.tok.ignore_merges:
+            whole = self.tok.bytes_to_id.get(word)
+            if whole is not None:
+                return toks == (whole,)
+        return self._valid_run(toks) if toks else not word
 
     def _valid_run(self, toks: tuple[int, ...]) -> bool:
         """Can ``toks`` start the BPE of a longer pre-token (pairwise theorem)?"""

@@ -6,8 +6,7 @@ deepseek_v3's chain of splits, the shipped model's). Fresh builds are the plain
 computation the oracle tests check (tests/test_vct.py, tests/oracle.py).
 
 Also: :class:`ConfigScan` (one character at a time, resumed from a shared head) equals
-``scan_configs`` run on every prefix, and the straddlers' intersection helper equals
-``np.isin``.
+``scan_configs`` run on every prefix.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 from midword.engine import VCT, Engine, PrefixError, load_engine
 from midword.engine.leaf_tables import scan_configs
-from midword.engine.tail import ConfigScan, _kept, _TailBuilder, build_tail
+from midword.engine.tail import ConfigScan, _TailBuilder, build_tail
 
 from midword.models import shipped_test_model
 from midword.testing import tokenizer_path
@@ -160,9 +159,28 @@ def test_config_scan_equals_scan_configs_on_every_prefix(engine: Engine) -> None
             assert head.at(k, other_classes) == scan_configs(machine, other_classes[:k])
 
 
-def test_kept_equals_isin() -> None:
-    rng = np.random.default_rng(3)
-    for _ in range(200):
-        old = np.unique(rng.integers(0, 50, rng.integers(0, 12)))
-        ids = rng.permutation(rng.integers(0, 50, rng.integers(1, 12)))
-        assert _kept(old, ids).tolist() == old[np.isin(old, ids)].tolist()
+def test_complete_path_equals_the_encoding(engine: Engine) -> None:
+    """Typed key by key (tails taken over from the previous key), the tree's trunk is a
+    prefix of the encoder's encoding of the region and ``Tree.complete`` is the rest."""
+    vct, checked = VCT(engine), 0
+    for kind, arg in _keys(5, engine.steps):  # type: ignore[attr-defined]
+        if kind == "delete":
+            vct.truncate(max(0, len(vct.prefix) - arg))
+        else:
+            try:
+                vct.push(arg)
+            except PrefixError:
+                continue
+        region = bytes(vct.buf[vct.settled :])
+        tree = vct.tree()
+        try:
+            text = region.decode("utf-8")
+        except UnicodeDecodeError:
+            assert tree.complete is None  # the prefix ends inside a character
+            continue
+        ids = tuple(engine.tok.encode(text))
+        below = tuple(tree.trunk[len(vct.settled_trunk) :])
+        want = ids[len(below) :] if ids[: len(below)] == below else None
+        assert tree.complete == want, region[-40:]
+        checked += want is not None
+    assert checked > 50
