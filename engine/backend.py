@@ -38,11 +38,14 @@ Importing this module does not import torch or transformers.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from .kvcache import prefix_run
 
 TokenPath = tuple[int, ...]
 
@@ -51,6 +54,7 @@ __all__ = [
     "FakeModel",
     "FakeSession",
     "ForwardStep",
+    "ForwardStopped",
     "ScoringModel",
     "ScoringSession",
     "TokenPath",
@@ -64,6 +68,14 @@ class BackendError(RuntimeError):
     Example:
         >>> str(BackendError("model directory not found: /nope"))
         'model directory not found: /nope'
+    """
+
+
+class ForwardStopped(Exception):
+    """A forward pass stopped between two layers when its caller asked (see
+    `TreeScoringSession.stop_inside_forward`); the session holds what it held before.
+
+    Not a RuntimeError: backends turn those into `BackendError`.
     """
 
 
@@ -487,6 +499,9 @@ class TreeScoringSession(ABC):
         ).build()
         try:
             new_lp = self._apply(plan.step)
+        except ForwardStopped:
+            self._keep_leading_rows(plan.step.keep)
+            raise
         except BaseException:
             self._forget()  # the cache may be half-updated: start afresh next time
             raise
@@ -504,6 +519,19 @@ class TreeScoringSession(ABC):
             (2, 3)
         """
         return _list_lcp(self._trunk, list(trunk))
+
+    @contextmanager
+    def stop_inside_forward(self, should_stop: Callable[[], bool]) -> Iterator[None]:
+        """Within it, a backend that can checks ``should_stop()`` between the layers of
+        each forward pass and raises `ForwardStopped` when it is true; the call that
+        stopped leaves the session as it was before it (minus remembered tree nodes), so
+        what earlier calls evaluated stays cached. Here (and for backends that cannot
+        stop inside a pass) it changes nothing: a pass runs to its end.
+
+        A long prefill is evaluated in chunks with a check between two; this lets a
+        newer request wait for a layer rather than for a whole chunk (seconds on a CPU).
+        """
+        yield
 
     def expected_cache_len(self) -> int:
         """bos? + trunk + distinct trie nodes of the last call: what `cache_len` must be."""
@@ -527,6 +555,11 @@ class TreeScoringSession(ABC):
     def _clear(self) -> None:
         """Empty the backend's cache."""
 
+    def _keep_rows(self, rows: int) -> bool:
+        """Cut the backend's cache to its first ``rows`` rows (after a stopped pass);
+        False when it cannot (the session then starts afresh)."""
+        return False
+
     # -- internals ------------------------------------------------------------------------
 
     def _forget(self) -> None:
@@ -535,6 +568,19 @@ class TreeScoringSession(ABC):
         self._trunk = []
         self._nodes = {}
         self._lp = {}
+
+    def _keep_leading_rows(self, keep: np.ndarray) -> None:
+        """After a stopped pass: keep the trunk rows that the pass kept in place (a
+        prefill chunk keeps the whole cached trunk), drop everything else."""
+        rows = min(prefix_run(np.asarray(keep)), len(self._ctx))
+        if rows == 0 or not self._keep_rows(rows):
+            self._forget()
+            return
+        dropped = len(self._ctx) - rows
+        self._trunk = self._trunk[: len(self._trunk) - dropped] if dropped else self._trunk
+        self._ctx = self._ctx[:rows]
+        self._nodes = {}
+        self._lp = {row: v for row, v in self._lp.items() if row < rows}
 
     def _commit(self, ctx: np.ndarray, trunk: list[int], plan: _Plan, new_lp: np.ndarray) -> None:
         """Update bookkeeping after a successful `_apply`."""

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .backend import BackendError, ForwardStep, TreeScoringSession
+from .backend import BackendError, ForwardStep, ForwardStopped, TreeScoringSession
 from .context_fit import context_length
 from .cpu_head import speed_up_output_head
 from .kvcache import KVCache, UnsupportedCacheError, cache_argument
@@ -478,6 +478,7 @@ class HFModel:
         self._weight = _first_float_parameter(model)
         # few-row output heads on a CPU: see cpu_head (a no-op elsewhere)
         self.head_plan = speed_up_output_head(model)
+        self.layers = decoder_layers(model)  # where a pass may stop (stop_inside_forward)
 
     @property
     def device(self) -> torch.device:
@@ -507,6 +508,21 @@ class HFModel:
             except RuntimeError as exc:
                 raise BackendError(f"model forward failed: {_brief(exc)}") from exc
         return _to_logprobs(logits)
+
+
+def decoder_layers(model: PreTrainedModel) -> list[Any]:
+    """The model's stack of decoder layers, in order: the module list as long as the
+    config's layer count (``model.layers``, GPT-2's ``transformer.h``, ...); [] if there
+    is no single such list."""
+    import torch
+
+    count = getattr(model.config, "num_hidden_layers", None)
+    stacks = [
+        module
+        for module in model.modules()
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count
+    ]
+    return list(stacks[0]) if len(stacks) == 1 else []
 
 
 def _first_float_parameter(model: PreTrainedModel) -> torch.nn.Parameter | None:
@@ -562,6 +578,34 @@ class HFSession(TreeScoringSession):
     def _clear(self) -> None:
         self._kv = KVCache(max_rows=self.model.context_length)
         self._checked_layers = -1
+
+    @contextlib.contextmanager
+    def stop_inside_forward(self, should_stop: Callable[[], bool]) -> Iterator[None]:
+        """`TreeScoringSession.stop_inside_forward`: ``should_stop()`` is asked before each
+        decoder layer (a hook on the model's layers while the block runs). A model whose
+        layers are not found runs its passes to their end."""
+
+        def check(module: Any, args: Any) -> None:
+            if should_stop():
+                raise ForwardStopped("stopped between two layers of a forward pass")
+
+        hooks = [layer.register_forward_pre_hook(check) for layer in self.model.layers]
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    def _keep_rows(self, rows: int) -> bool:
+        """Every layer cut back to ``rows`` rows: the layers a stopped pass reached hold
+        its new rows too, the others do not; a pass that created the layers is undone."""
+        if self._checked_layers < 0:
+            return False  # the stopped pass was the first: its layers may be half made
+        import torch
+
+        with torch.inference_mode():
+            self._kv.select_rows(np.arange(rows))
+        return len(self._kv) == rows
 
     def _apply(self, step: ForwardStep) -> np.ndarray:
         import torch

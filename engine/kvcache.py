@@ -42,7 +42,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GROWTH", "ROW_BLOCK", "KVCache", "UnsupportedCacheError", "cache_argument"]
+__all__ = ["GROWTH", "ROW_BLOCK", "KVCache", "UnsupportedCacheError", "cache_argument", "prefix_run"]
 
 ROW_BLOCK = 256  # capacities are multiples of this many rows: few distinct block sizes
 GROWTH = 1.5  # a full buffer is replaced by one this much larger: rare reallocations
@@ -174,7 +174,7 @@ class KVCache:
             return
         if len(idx) and (idx.min() < 0 or idx.max() >= n):
             raise IndexError(f"row index out of range for a cache of {n} rows")
-        head = _prefix_run(idx)
+        head = prefix_run(idx)
         if head == len(idx) == n:
             return
         index: dict[tuple[Any, int], torch.Tensor] = {}  # rows to gather, once per device
@@ -190,11 +190,11 @@ class KVCache:
             _set_layer(self._cache, i, new_k, new_v)
 
 
-def _prefix_run(idx: np.ndarray) -> int:
+def prefix_run(idx: np.ndarray) -> int:
     """Length of the leading run ``0, 1, 2, ...`` of idx.
 
     Example:
-        >>> _prefix_run(np.array([0, 1, 5, 3])), _prefix_run(np.array([0, 1]))
+        >>> prefix_run(np.array([0, 1, 5, 3])), prefix_run(np.array([0, 1]))
         (2, 2)
     """
     diff = np.flatnonzero(idx != np.arange(len(idx)))

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from midword.engine.backend import BackendError, TokenPath
+from midword.engine.backend import BackendError, ForwardStopped, TokenPath
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -274,6 +274,58 @@ def test_tree_matches_plain_forward_passes(
     worst = max(worst, check(session, oracle, trunk, random_tree(rng, deep=WINDOW + 1)))
     assert worst <= TOLERANCE[DTYPE], (arch, worst)
     assert causal_flags.count(True) == 3 and False in causal_flags
+
+
+@pytest.mark.parametrize("stop_before_layer", [0, 1])
+def test_a_pass_stopped_between_layers_leaves_the_session_as_before(
+    arch_model: tuple[str, HFModel], stop_before_layer: int
+) -> None:
+    """A newer request stops a prefill chunk between two layers of its pass: every layer
+    is cut back to the rows cached before it (some already hold the chunk's rows), so
+    the next call resumes from there and scores as plain forward passes do."""
+    arch, model = arch_model
+    assert len(model.layers) == 2, f"{arch}: the decoder layers were not found"
+    oracle, rng = Oracle(model), random.Random(5)
+    session = model.session(bos_id=1)
+    trunk = [rng.randrange(10, 300) for _ in range(3 * CAUSAL_PREFILL_MIN)]
+    first = check(session, oracle, trunk[:CAUSAL_PREFILL_MIN], random_tree(rng))
+    asked: list[int] = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > stop_before_layer
+
+    with session.stop_inside_forward(stop), pytest.raises(ForwardStopped):
+        session.logprobs(trunk[: 2 * CAUSAL_PREFILL_MIN], [()])
+    assert len(asked) == stop_before_layer + 1  # asked before each layer it reached
+    kept = 1 + CAUSAL_PREFILL_MIN  # bos + the first chunk; the tree's rows are dropped
+    assert session.cache_len() == session.expected_cache_len() == kept
+    assert {keys.shape[-2] for keys, _ in session._kv.layer_tensors()} == {kept}
+    assert session.cached_trunk_len(trunk) == CAUSAL_PREFILL_MIN
+    evaluated = session.inference_tokens
+    resumed = check(session, oracle, trunk, random_tree(rng, deep=WINDOW + 1))
+    assert session.inference_tokens > evaluated + CAUSAL_PREFILL_MIN  # the stopped chunk again
+    assert max(first, resumed) <= TOLERANCE[DTYPE], (arch, first, resumed)
+    assert not any(layer._forward_pre_hooks for layer in model.layers)  # removed on exit
+
+
+def test_a_first_pass_stopped_starts_the_session_afresh(arch_model: tuple[str, HFModel]) -> None:
+    """Stopped in the pass that made the cache's layers: nothing is kept, and the next
+    call scores from scratch."""
+    arch, model = arch_model
+    oracle, rng = Oracle(model), random.Random(6)
+    session = model.session(bos_id=1)
+    trunk = [rng.randrange(10, 300) for _ in range(CAUSAL_PREFILL_MIN + 5)]
+    asked: list[int] = []
+
+    def stop_before_the_second_layer() -> bool:
+        asked.append(1)
+        return len(asked) > 1
+
+    with session.stop_inside_forward(stop_before_the_second_layer), pytest.raises(ForwardStopped):
+        session.logprobs(trunk, [()])
+    assert session.cache_len() == session.expected_cache_len() == 0
+    assert check(session, oracle, trunk, random_tree(rng)) <= TOLERANCE[DTYPE], arch
 
 
 def spy_on_forward(monkeypatch: pytest.MonkeyPatch) -> list[bool]:

@@ -244,6 +244,38 @@ def test_a_cold_prefill_stops_between_chunks_when_the_document_changes(engine, f
     host.shutdown()
 
 
+def test_a_prefill_stops_inside_a_chunk_and_keeps_the_chunks_before(engine) -> None:
+    """With a real model, a newer request stops a prefill between two layers of a
+    chunk's pass (not only between chunks); the chunks before stay cached and the next
+    request completes as a document that was never stopped does."""
+    pytest.importorskip("transformers")
+    from midword.engine.hf_backend import HFModel
+
+    from midword.testing.tiny_models import build_tiny_llama
+
+    model = HFModel(build_tiny_llama(engine.tok.size, seed=3, layers=4, dtype="float64"))
+    layers = len(model.layers)
+    stopped, fresh = SingleModel(model, engine).document(), SingleModel(model, engine).document()
+    asked: list[int] = []
+
+    def newer_request_during_the_second_chunk() -> bool:
+        asked.append(1)  # once between chunks, then before each layer of a pass
+        return len(asked) > (1 + layers) + 1 + 2
+
+    with pytest.raises(Interrupted, match="inside a prefill chunk"):
+        stopped.prepare(LONG, "bytesampler", newer_request_during_the_second_chunk)
+    session = stopped.completer.session
+    trunk = stopped.completer.sampler.vct.tree().trunk
+    assert session.cached_trunk_len(trunk) == PREFILL_CHUNK  # the first chunk, kept
+    assert session.cache_len() == session.expected_cache_len()
+    settings = Settings(max_tokens=6)
+    answers = []
+    for doc in (stopped, fresh):
+        doc.prepare(LONG, "bytesampler", lambda: False)
+        answers.append(doc.complete(LONG, settings, None, None, time.monotonic() + 60).text)
+    assert answers[0] == answers[1] and answers[0]
+
+
 def test_a_running_request_stops_for_a_newer_one_for_its_document(engine, fake) -> None:
     host, seen = _host(engine, fake)
     newer: list[Future[Answer]] = []
