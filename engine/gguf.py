@@ -19,7 +19,7 @@ Mistral v0.1) merge by score, not rank: :func:`sentencepiece_merges` turns the s
 into the one merge list that encodes as llama.cpp does, or refuses the file by name.
 
 Weights: the architectures in :data:`ARCHITECTURES` (llama, qwen2, qwen3, starcoder2,
-phi3, gemma, gemma2), mapped in :mod:`midword.engine.gguf_architectures`, which also undoes what
+phi3, gemma, gemma2, gemma3), mapped in :mod:`midword.engine.gguf_architectures`, which also undoes what
 llama.cpp's converter did to some tensors (the Q/K row permutation of llama files, the 1
 added to Gemma's norm weights), or every logit would be wrong.
 

@@ -22,6 +22,10 @@ reads them):
   the feed-forward, all + 1), attention and final logit soft-capping, a sliding window on
   every even layer, and llama.cpp's query scale (1/sqrt(head size); 27B, told by its 46
   layers: 1/sqrt(hidden / heads)).
+- ``gemma3`` (Gemma 3 1B, and the text model of 4B / 12B / 27B, whose vision tower is in
+  a separate mmproj file): as ``gemma2`` with Q/K RMSNorms (+ 1 too), no soft-capping, the
+  sliding window on five layers of every six, and two rope bases: 10,000 on the sliding
+  layers, the file's (and its linear scaling) on the global ones.
 - ``gemma``: RMSNorm whose weights the converter stored with 1 added (transformers' Gemma
   multiplies by ``1 + w``, llama.cpp by ``w``), embeddings scaled by √hidden (in both),
   GELU-gated feed-forward, head size from ``attention.key_length`` (Gemma 7B's 256 is not
@@ -133,6 +137,45 @@ def _gemma2_settings(gf: GGUFFile) -> dict[str, Any]:
     }
 
 
+GEMMA3_27B_LAYERS = 62  # llama.cpp tells Gemma 3 27B by its layer count
+GEMMA3_SWA_PATTERN = 6  # llama.cpp's: five sliding layers, then one global
+GEMMA3_LOCAL_ROPE_BASE = 10000.0  # llama.cpp's rope base of the sliding layers, fixed
+
+
+def _gemma3_settings(gf: GGUFFile) -> dict[str, Any]:
+    """Gemma 3 as llama.cpp runs it (``llama-model.cpp``, ``models/gemma3.cpp``): the
+    sliding window from the file on five layers of every six, rope base 10,000 and no
+    scaling on those, the file's base and linear scaling on the global ones, queries
+    scaled as Gemma 2's (27B, told by its 62 layers: 1/sqrt(hidden / heads)), no
+    soft-capping (a file with some is refused by :func:`refuse_unmodelled`)."""
+    window = int(gf.arch_value("attention.sliding_window", 0) or 0)
+    if window <= 0:  # (Rnj-1-like files: llama.cpp's graph then differs between versions)
+        raise GGUFError(
+            f"{gf.path.name}: a gemma3 file without a sliding window; midword models "
+            "Gemma 3's five sliding layers to one global"
+        )
+    layers = int(gf.arch_value("block_count"))
+    hidden, heads = (
+        int(gf.arch_value("embedding_length")),
+        int(gf.arch_value("attention.head_count")),
+    )
+    scalar = hidden // heads if layers == GEMMA3_27B_LAYERS else head_dim(gf)
+    return {
+        **_rms_settings(gf),
+        "hidden_activation": "gelu_pytorch_tanh",  # ggml's GELU is the tanh form
+        "query_pre_attn_scalar": scalar,
+        "sliding_window": window,
+        "layer_types": [
+            "sliding_attention" if (i + 1) % GEMMA3_SWA_PATTERN else "full_attention"
+            for i in range(layers)
+        ],
+        # transformers' Gemma3 puts rope_theta and rope_scaling on the global layers
+        "rope_local_base_freq": GEMMA3_LOCAL_ROPE_BASE,
+        "attn_logit_softcapping": None,
+        "final_logit_softcapping": None,
+    }
+
+
 @dataclass(frozen=True)
 class Architecture:
     """How one ``general.architecture`` maps onto a transformers model class."""
@@ -180,6 +223,7 @@ _GEMMA2_LAYER = {  # Gemma 2's four norms per layer
     "ffn_norm.weight": "pre_feedforward_layernorm.weight",
     "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
 }
+_GEMMA3_LAYER = _GEMMA2_LAYER | _QK_NORM  # (the Q/K norms stored + 1 as well)
 _STARCODER2_LAYER = {
     **{f"attn_norm.{p}": f"input_layernorm.{p}" for p in ("weight", "bias")},
     **{f"ffn_norm.{p}": f"post_attention_layernorm.{p}" for p in ("weight", "bias")},
@@ -227,11 +271,18 @@ ARCHITECTURES: dict[str, Architecture] = {
             "attention.sliding_window",
         ),  # fmt: skip
     ),
+    "gemma3": Architecture(
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        _GEMMA3_LAYER,
+        settings=_gemma3_settings,
+        norm_shift=1.0,
+        output_is_embedding=True,
+        handled_metadata=("attention.sliding_window",),
+    ),
 }
 # Families close to a supported one, refused with what is not modelled.
 UNMODELLED: dict[str, str] = {
-    "gemma3": "Gemma 3 (Q/K norms, sliding-window layers with their own rope base, norms "
-    "after attention and after the feed-forward)",
     "gemma3n": "Gemma 3n (per-layer embeddings, AltUp, LAuReL)",
     "starcoder": "StarCoder 1 / SantaCoder (GPTBigCode: learned positions, one KV head in "
     "a fused QKV)",

@@ -103,6 +103,30 @@ def tiny_gemma2(seed: int, vocab_size: int, caps: tuple[float, float] = (50.0, 3
     return model
 
 
+GEMMA3_ROPE = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
+
+
+def tiny_gemma3(seed: int, vocab_size: int, **changes: object):  # noqa: ANN201
+    """A random Gemma 3 with seven layers (five sliding, one global, one sliding: Gemma 3's
+    pattern), a window of 4 tokens, Q/K norms, and the 4B-27B rope: base 10,000 on the
+    sliding layers, 1,000,000 with linear scaling 8 on the global one."""
+    torch.manual_seed(seed)
+    settings = dict(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=7,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32,
+        max_position_embeddings=256, rms_norm_eps=1e-6, sliding_window=4,
+        rope_parameters={
+            "full_attention": dict(GEMMA3_ROPE),
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+        pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )  # fmt: skip
+    config = transformers.Gemma3TextConfig(**{**settings, **changes})
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    _randomise_vectors(model, 0.0)  # Gemma's norms multiply by 1 + w
+    return model
+
+
 @functools.cache
 def phi3_vocab() -> Vocab:
     """A small SentencePiece vocabulary, as Phi-3 mini / medium have (Llama 2's kind)."""
@@ -158,6 +182,19 @@ def _metadata_gemma2(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> 
     w.add_sliding_window(cfg.sliding_window)
 
 
+def _metadata_gemma3(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> None:
+    """Gemma3Model.set_gguf_parameters: the global layers' rope base and their linear
+    scaling, the sliding window (no soft-capping: its converter asserts there is none, and
+    no pattern: llama.cpp's is fixed), and GemmaModel's vocabulary."""
+    _metadata_gemma(w, cfg)
+    full = cfg.rope_parameters["full_attention"]
+    w.add_rope_freq_base(full["rope_theta"])
+    w.add_sliding_window(cfg.sliding_window)
+    if full.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(full["factor"])
+
+
 def _metadata_phi3(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> None:
     """Phi3MiniModel.set_gguf_parameters (which does not call TextModel's: no key length,
     the sliding window written, 0 when the config has none) and its SentencePiece
@@ -183,9 +220,10 @@ def _metadata_phi3(w: gguf.GGUFWriter, cfg: transformers.PretrainedConfig) -> No
 
 METADATA = {
     "starcoder2": _metadata_starcoder2, "gemma": _metadata_gemma, "gemma2": _metadata_gemma2,
-    "phi3": _metadata_phi3,
+    "phi3": _metadata_phi3, "gemma3": _metadata_gemma3,
 }  # fmt: skip
-GEMMAS = ("gemma", "gemma2")  # norms stored + 1, no output matrix
+GEMMAS = ("gemma", "gemma2", "gemma3")  # norms stored + 1, no output matrix
+GGUF_ARCH = {"gemma3_text": "gemma3"}  # transformers' model_type -> llama.cpp's name
 
 
 def write_like_llama_cpp(
@@ -200,7 +238,7 @@ def write_like_llama_cpp(
     matrix left out, 1-D tensors F32; ``skip``: GGUF tensors to leave out, ``extra``:
     tensors to add."""
     cfg = model.config
-    arch = cfg.model_type
+    arch = GGUF_ARCH.get(cfg.model_type, cfg.model_type)
     w = gguf.GGUFWriter(str(path), arch)
     METADATA[arch](w, cfg)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
@@ -227,7 +265,7 @@ def write_like_llama_cpp(
 def as_llama_cpp_holds(model: transformers.PreTrainedModel, qtype: str) -> None:
     """``model``'s weights replaced, in place, by what a reader of the file gets back:
     rounded or quantized, and Gemma's norms through the + 1 and - 1 in float32."""
-    gemma = model.config.model_type in GEMMAS
+    gemma = GGUF_ARCH.get(model.config.model_type, model.config.model_type) in GEMMAS
     with torch.no_grad():
         for name, p in model.named_parameters():
             w = as_read_back(p.numpy(), qtype)
@@ -251,13 +289,15 @@ def build(arch: str, seed: int, tie: bool = True, use_bias: bool = True):  # noq
         return tiny_gemma(seed, len(gemma_vocab().tokens))
     if arch == "gemma2":
         return tiny_gemma2(seed, len(gemma_vocab().tokens))
+    if arch == "gemma3":
+        return tiny_gemma3(seed, len(gemma_vocab().tokens))
     if arch == "phi3":
         return tiny_phi3(seed, len(phi3_vocab().tokens))
     return tiny_starcoder2(seed, tie, use_bias)
 
 
 def prompts(arch: str) -> list[list[int]]:
-    special = {"gemma": gemma_ids, "gemma2": gemma_ids, "phi3": phi3_ids}
+    special = {"gemma": gemma_ids, "gemma2": gemma_ids, "gemma3": gemma_ids, "phi3": phi3_ids}
     return special[arch]() if arch in special else [BPE_IDS, BPE_IDS[::-1][:5], [3, 3, 3]]
 
 
@@ -268,13 +308,15 @@ CASES = [
     ("gemma", "F32", True, True), ("gemma", "Q8_0", True, True),
     ("phi3", "F32", False, False), ("phi3", "Q8_0", False, False),
     ("gemma2", "F32", True, True), ("gemma2", "Q8_0", True, True),
+    ("gemma3", "F32", True, True), ("gemma3", "Q8_0", True, True),
 ]  # fmt: skip
 
 
 # Q8_0's rounding against the source's logits (a bound on the quantizer, not on the
 # conversion, which is exact): Gemma 2's tiny model has small logits (at most 0.7) and
-# norms after attention and feed-forward too (measured 1.7-2.1 %)
-Q8_BOUND = {"gemma2": 0.03}
+# norms after attention and feed-forward too (measured 1.7-2.1 %); Gemma 3's seven
+# layers with Q/K norms on top (measured 3.5 % at most)
+Q8_BOUND = {"gemma2": 0.03, "gemma3": 0.05}
 
 
 @pytest.mark.parametrize(("arch", "qtype", "tie", "use_bias"), CASES)
@@ -415,6 +457,110 @@ def test_gemma2_query_scale_follows_llama_cpp(tmp_path: Path) -> None:
         assert (config.attn_logit_softcapping, config.final_logit_softcapping) == (50.0, 30.0)
 
 
+def _gemma3_variant(source: transformers.PreTrainedModel, **changes: object):  # noqa: ANN202
+    """``source``'s weights under a changed config."""
+    settings = {**source.config.to_dict(), **changes}
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.Gemma3TextConfig(**settings)
+    ).eval()
+    model.load_state_dict(source.state_dict())
+    return model
+
+
+def test_gemma3_config_and_what_it_changes(tmp_path: Path) -> None:
+    """The window and its layers (five sliding, one global), both rope bases and the global
+    layers' linear scaling, the query scale, the Q/K norms (+ 1 undone) come through, and
+    the logits are the source's exactly; with any one of window, local base or scaling
+    changed they differ on this prompt (each matters here)."""
+    source = tiny_gemma3(5, len(gemma_vocab().tokens))
+    file = write_like_llama_cpp(tmp_path / "g3.gguf", source, "F32")
+    folder = mg.convert_gguf(file, cache_dir=tmp_path / "c")
+    config = json.loads((folder / "config.json").read_text())
+    theirs = source.config.to_dict()
+    for key in (
+        "model_type", "head_dim", "num_key_value_heads", "rms_norm_eps", "hidden_activation",
+        "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+        "sliding_window", "layer_types", "rope_parameters", "tie_word_embeddings",
+    ):  # fmt: skip
+        assert config[key] == theirs[key], key
+    assert config["layer_types"][4:] == ["sliding_attention", "full_attention", "sliding_attention"]
+    restored = mg.dequantized_tensors(mg.GGUFFile(file))
+    k_norm = source.model.layers[5].self_attn.k_norm.weight.detach().numpy()
+    assert np.abs(restored["model.layers.5.self_attn.k_norm.weight"] - k_norm).max() < 1e-6
+    ids = gemma_ids()[0]
+    assert len(ids) > 2 * source.config.sliding_window
+    want = logits(source, ids)
+    assert torch.equal(logits(load_folder(folder), ids), want)
+    rope = source.config.rope_parameters
+    changes = {
+        "window": {"layer_types": ["full_attention"] * 7},
+        "local base": {"rope_parameters": {**rope, "sliding_attention": dict(GEMMA3_ROPE)}},
+        "scaling": {
+            "rope_parameters": {**rope, "full_attention": {"rope_type": "default",
+                                                            "rope_theta": 1000000.0}},
+        },
+    }  # fmt: skip
+    for label, change in changes.items():
+        assert (logits(_gemma3_variant(source, **change), ids) - want).abs().max() > 1e-4, label
+
+
+def _gemma3_metadata_only(path: Path, layers: int, hidden: int, heads: int, head: int,
+                          **extra: float) -> Path:  # fmt: skip
+    """A gemma3 file with metadata and vocabulary only (``extra``: <arch>.<key> floats)."""
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_block_count(layers)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(64)
+    w.add_head_count(heads)
+    w.add_head_count_kv(16)
+    w.add_key_length(head)
+    w.add_value_length(head)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1000000.0)
+    for key, value in extra.items():
+        w.add_float32(f"gemma3.{key}", value)
+    write_vocab(w, gemma_vocab())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_gemma3_query_scale_and_refusals(tmp_path: Path) -> None:
+    """llama.cpp scales Gemma 3's queries by 1/sqrt(head size), 27B's (62 layers) by
+    1/sqrt(hidden / heads): 168 for 27B's 5,376 / 32, not its heads of 128 (metadata only).
+    Files without a sliding window (which llama.cpp's versions run differently) and files
+    with soft-capping (which Gemma 3's converter never writes) are refused by name."""
+    from midword.engine.gguf_architectures import hf_config
+
+    for layers, hidden, heads, head, scalar in ((26, 1152, 4, 256, 256), (62, 5376, 32, 128, 168)):
+        file = _gemma3_metadata_only(
+            tmp_path / f"{layers}.gguf", layers, hidden, heads, head,
+            **{"attention.sliding_window": 1024},
+        )  # fmt: skip
+        config = hf_config(mg.GGUFFile(file), {})
+        assert config.query_pre_attn_scalar == scalar and config.head_dim == head, layers
+        assert config.layer_types[4:7] == [
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+        ]
+        assert config.rope_parameters["sliding_attention"]["rope_theta"] == 10000.0
+        assert config.rope_parameters["full_attention"]["rope_theta"] == 1000000.0
+    cases = {
+        "no window": ({}, "gemma3 file without a sliding window"),
+        "capped": (
+            {"attention.sliding_window": 512, "final_logit_softcapping": 30.0},
+            "gemma3.final_logit_softcapping is set",
+        ),
+    }
+    for label, (extra, message) in cases.items():
+        file = _gemma3_metadata_only(tmp_path / f"{label}.gguf", 26, 1152, 4, 256, **extra)
+        with pytest.raises(mg.GGUFError, match=message):
+            hf_config(mg.GGUFFile(file), {})
+
+
 def test_phi3_config_and_fused_matrices(tmp_path: Path) -> None:
     """Config fields round-trip; the sliding window the file carries (2,047, as Phi-3
     mini's) is dropped, as llama.cpp drops it; the fused QKV and gate-up matrices are
@@ -467,7 +613,7 @@ def _vocab_only(path: Path, arch: str) -> Path:
 
 @pytest.mark.parametrize(
     ("arch", "why"),
-    [("gemma3", "Gemma 3 .*Q/K norms"), ("starcoder", "StarCoder 1")],
+    [("gemma3n", "Gemma 3n .*per-layer embeddings"), ("starcoder", "StarCoder 1")],
 )  # fmt: skip
 def test_near_families_are_refused_by_name(tmp_path: Path, arch: str, why: str) -> None:
     cache = tmp_path / "cache"
@@ -519,12 +665,13 @@ def test_unmodelled_variants_are_refused(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the CLI
-def test_complete_accepts_a_gemma2_file(tmp_path: Path) -> None:
-    """`midword complete --model x.gguf` end to end, on the architecture with the most
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+def test_complete_accepts_a_gemma_file(tmp_path: Path, arch: str) -> None:
+    """`midword complete --model x.gguf` end to end, on the architectures with the most
     particular conversion (norms, head size, SentencePiece vocabulary without a dummy
-    prefix, soft-capping, sliding windows on alternate layers); a Q8_0 file, as people
-    download them."""
-    arch = "gemma2"
+    prefix; Gemma 2's soft-capping and sliding windows on alternate layers, Gemma 3's
+    windows on five layers of six with their own rope base): the HF loader takes the
+    converted folder's tree masks; a Q8_0 file, as people download them."""
     file = write_like_llama_cpp(tmp_path / f"{arch}.gguf", build(arch, 6), "Q8_0")
     env = {**os.environ, "MIDWORD_CACHE": str(tmp_path / "cache")}
     cmd = [sys.executable, "-m", "midword", "complete", "--model", str(file), "--device", "cpu"]
