@@ -21,6 +21,8 @@ from midword.server.where import (
     language_enabled,
 )
 
+from .test_server_vscode_options import extension_defaults
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_CASES = ROOT / "extension-vscode" / "src" / "test" / "fixtures" / "where-cases.json"
 
@@ -149,6 +151,14 @@ def test_default_options() -> None:
         "scminput": False,
     }
     assert ".env" in o.exclude_files and "*.pem" in o.exclude_files
+
+
+def test_the_extension_declares_the_server_defaults() -> None:
+    """package.json's defaults as the extension sends them (before any merging): the
+    same lists as the server's, so the status bar and the server agree out of the box."""
+    raw = extension_defaults()
+    assert raw["languages"] == dict(ServerOptions().languages)
+    assert tuple(raw["excludeFiles"]) == ServerOptions().exclude_files
 
 
 def test_languages_are_laid_over_the_default() -> None:

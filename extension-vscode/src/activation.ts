@@ -15,6 +15,7 @@ import { expandPathVariables, findOnPath, isExecutableFile } from './pathLookup'
 import { ACTION_LABELS, type ProblemAction, type StartProblem } from './problems';
 import { onPythonInterpreterChange, PYTHON_EXTENSION_ID, pythonExtensionInterpreter } from './pythonExtension';
 import { StatusModel, type StatusView } from './statusModel';
+import { blockedReason, flippedLanguages, type Blocked, type LanguageSwitches } from './where';
 
 /** The parts of the `vscode` module the extension uses. */
 export type VscodeApi = Pick<
@@ -25,6 +26,8 @@ export type VscodeApi = Pick<
 export const COMMANDS = {
   restartServer: 'midword.restartServer',
   toggle: 'midword.toggle',
+  /** Flips the active editor's language in the user's `midword.languages`. */
+  toggleLanguage: 'midword.toggleLanguage',
   showLog: 'midword.showLog',
   selectModelFolder: 'midword.selectModelFolder',
   acceptNextLine: 'midword.acceptNextLine',
@@ -92,6 +95,38 @@ function targetFor(api: VscodeApi, key: string): vscode.ConfigurationTarget {
 
 export async function updateSetting(api: VscodeApi, key: string, value: unknown): Promise<void> {
   await api.workspace.getConfiguration(SECTION).update(key, value, targetFor(api, key));
+}
+
+/** The part of a text document that decides whether midword completes it. */
+interface DocumentIdentity {
+  uri: { toString(): string };
+  languageId: string;
+}
+
+/** Why the active editor's document gets no completions under the current settings. */
+export function activeBlocked(api: VscodeApi): Blocked | undefined {
+  const document = api.window.activeTextEditor?.document as DocumentIdentity | undefined;
+  if (document === undefined) {
+    return undefined;
+  }
+  return blockedReason({ uri: document.uri.toString(), languageId: document.languageId }, readSettings(api).options);
+}
+
+/**
+ * Flips the active editor's language in the user settings' `midword.languages`
+ * (VS Code lays them over the default); returns the language and its new state.
+ */
+export async function toggleActiveLanguage(api: VscodeApi): Promise<{ languageId: string; enabled: boolean } | undefined> {
+  const document = api.window.activeTextEditor?.document as DocumentIdentity | undefined;
+  if (document === undefined) {
+    return undefined;
+  }
+  const config = api.workspace.getConfiguration(SECTION);
+  const current = readSettings(api).options.languages;
+  const userValue = config.inspect<LanguageSwitches>('languages')?.globalValue;
+  const next = flippedLanguages(document.languageId, current, userValue);
+  await config.update('languages', next, api.ConfigurationTarget.Global);
+  return { languageId: document.languageId, enabled: next[document.languageId] === true };
 }
 
 export function applyStatusView(item: vscode.StatusBarItem, view: StatusView, errorBackground: vscode.ThemeColor): void {
@@ -205,6 +240,28 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
     debounceMs: options.debounceMs,
   });
 
+  const showWhereItCompletes = (): void => {
+    status.setActiveBlocked(activeBlocked(api));
+    render();
+  };
+
+  const toggleLanguage = async (): Promise<void> => {
+    const flipped = await toggleActiveLanguage(api);
+    if (flipped === undefined) {
+      output.info('No active editor: no language to turn completions on or off for.');
+      return;
+    }
+    output.info(`Completions ${flipped.enabled ? 'enabled' : 'disabled'} for ${flipped.languageId} (user settings, midword.languages).`);
+    const inspected = api.workspace.getConfiguration(SECTION).inspect<LanguageSwitches>('languages');
+    const overriding = [inspected?.workspaceValue, inspected?.workspaceFolderValue].some(
+      (value) => value !== undefined && flipped.languageId in value,
+    );
+    if (overriding) {
+      output.warn(`The workspace settings set midword.languages for ${flipped.languageId}; they take precedence over the user settings.`);
+    }
+    showWhereItCompletes();
+  };
+
   const toggle = async (): Promise<void> => {
     const enabled = !controller.isEnabled;
     await updateSetting(api, EXTENSION_SETTINGS.enable, enabled);
@@ -245,6 +302,7 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
     statusItem,
     api.commands.registerCommand(COMMANDS.restartServer, () => controller.requestRestart('Restart Server command')),
     api.commands.registerCommand(COMMANDS.toggle, toggle),
+    api.commands.registerCommand(COMMANDS.toggleLanguage, toggleLanguage),
     api.commands.registerCommand(COMMANDS.showLog, () => output.show(true)),
     api.commands.registerCommand(COMMANDS.selectModelFolder, selectModelFolder),
     api.commands.registerCommand(COMMANDS.acceptNextLine, acceptNextLine),
@@ -252,12 +310,16 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
     api.workspace.onDidChangeConfiguration((event) => {
       if (event.affectsConfiguration(SECTION)) {
         controller.onConfigurationChanged((section) => event.affectsConfiguration(section));
+        showWhereItCompletes();
       }
     }),
+    api.window.onDidChangeActiveTextEditor(showWhereItCompletes),
+    // a document whose language mode changes is closed and opened again with the new id
+    api.workspace.onDidOpenTextDocument(showWhereItCompletes),
     { dispose: () => interpreterListener?.dispose() },
   );
 
-  render();
+  showWhereItCompletes();
   controller.start();
 
   return {

@@ -93,6 +93,10 @@ export interface ServerOptions {
   contextFiles: (typeof CONTEXT_FILES)[number];
   /** Most bytes of the prompt those snippets take. */
   contextBytes: number;
+  /** Language id -> completions on; "*" for the rest (VS Code merges the user's object over the default). */
+  languages: Readonly<Record<string, boolean>>;
+  /** Glob patterns of files never completed nor quoted into other buffers' prompts; [] = none. */
+  excludeFiles: readonly string[];
 }
 
 export type ServerOptionKey = keyof ServerOptions;
@@ -130,6 +134,8 @@ export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
   'debounceMs',
   'contextFiles',
   'contextBytes',
+  'languages',
+  'excludeFiles',
 ];
 
 /**
@@ -163,6 +169,29 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
   debounceMs: 'auto',
   contextFiles: 'auto',
   contextBytes: 1024,
+  languages: Object.freeze({ '*': true, plaintext: false, markdown: false, scminput: false }),
+  excludeFiles: Object.freeze([
+    '.env',
+    '.env.*',
+    '*.env',
+    '.envrc',
+    '*.pem',
+    '*.key',
+    '*.p12',
+    '*.pfx',
+    'id_rsa*',
+    'id_dsa*',
+    'id_ecdsa*',
+    'id_ed25519*',
+    '.npmrc',
+    '.pypirc',
+    '.netrc',
+    '_netrc',
+    '.git-credentials',
+    '.aws/credentials',
+    'credentials*.json',
+    'secrets.*',
+  ]),
 });
 
 /** Reads one setting by its key relative to `midword.` (e.g. `topP`); `undefined` when unset. */
@@ -200,6 +229,11 @@ const isString: Check<string> = (value: unknown): value is string => typeof valu
 const isBoolean: Check<boolean> = (value: unknown): value is boolean => typeof value === 'boolean';
 
 const isFiniteNumber: Check<number> = (value: unknown): value is number => typeof value === 'number' && Number.isFinite(value);
+
+const isPattern: Check<string> = (value: unknown): value is string => typeof value === 'string' && value.trim() !== '';
+
+const isLanguageSwitches: Check<Readonly<Record<string, boolean>>> = (value: unknown): value is Readonly<Record<string, boolean>> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value) && Object.values(value).every((on) => typeof on === 'boolean');
 
 function arrayOf<T>(element: Check<T>): Check<readonly T[]> {
   return (value: unknown): value is readonly T[] => Array.isArray(value) && value.every((item) => element(item));
@@ -240,11 +274,16 @@ const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expect
   },
   contextFiles: { check: oneOf(CONTEXT_FILES), expected: CONTEXT_FILES.join(' | ') },
   contextBytes: { check: numberIn(0, Infinity, { integer: true }), expected: 'an integer >= 0' },
+  languages: { check: isLanguageSwitches, expected: 'an object of language ids to true or false, "*" for the rest' },
+  excludeFiles: { check: arrayOf(isPattern), expected: 'a list of glob patterns' },
 };
 
-/** A fresh copy of an array value (so options never share the frozen fallbacks or VS Code's read-only objects). */
+/** A fresh copy of an array or object value (so options never share the frozen fallbacks or VS Code's read-only objects). */
 function own<T>(value: T): T {
-  return (Array.isArray(value) ? [...(value as unknown[])] : value) as T;
+  if (Array.isArray(value)) {
+    return [...(value as unknown[])] as T;
+  }
+  return typeof value === 'object' && value !== null ? { ...value } : value;
 }
 
 function readOption<K extends ServerOptionKey>(key: K, get: SettingGetter, problems: string[]): ServerOptions[K] {

@@ -1,8 +1,11 @@
 /**
  * What the status bar item shows, computed from what happened: the client's
  * lifecycle, the server's `$/progress` and `midword/status` notifications,
- * completion latencies and the enable switch. Pure: no `vscode` import.
+ * completion latencies, the enable switch and whether the active editor's
+ * document is one midword leaves alone (src/where.ts). Pure: no `vscode` import.
  */
+import type { Blocked } from './where';
+
 
 /** Method of the server's custom status notification. */
 export const STATUS_NOTIFICATION = 'midword/status';
@@ -28,9 +31,9 @@ export type ProgressValue =
 /** Where the extension is with the server process. */
 export type ClientPhase = 'stopped' | 'starting' | 'running' | 'error';
 
-export type StatusKind = 'stopped' | 'starting' | 'loading' | 'ready' | 'error' | 'disabled';
+export type StatusKind = 'stopped' | 'starting' | 'loading' | 'ready' | 'error' | 'disabled' | 'off-here';
 
-export type StatusCommand = 'midword.showLog' | 'midword.toggle';
+export type StatusCommand = 'midword.showLog' | 'midword.toggle' | 'midword.toggleLanguage';
 
 export interface StatusView {
   kind: StatusKind;
@@ -118,6 +121,8 @@ export class StatusModel {
   private serverLatencyMs: number | undefined;
   private clientLatencyMs: number | undefined;
   private enabled = true;
+  /** Why the active editor's document gets no completions (undefined: it gets them, or there is none). */
+  private activeBlocked: Blocked | undefined;
   private interpreter = '';
   /** The server announced itself as midword's, which sends `midword/status` when initialized. */
   private awaitsServerStatus = false;
@@ -148,6 +153,11 @@ export class StatusModel {
 
   setEnabled(enabled: boolean): void {
     this.enabled = enabled;
+  }
+
+  /** The active editor changed, or the settings that decide where midword completes. */
+  setActiveBlocked(blocked: Blocked | undefined): void {
+    this.activeBlocked = blocked;
   }
 
   /** A `midword/status` notification. */
@@ -221,6 +231,9 @@ export class StatusModel {
         error: false,
       };
     }
+    if (this.activeBlocked !== undefined && base.kind !== 'stopped') {
+      return offHereView(this.activeBlocked, base.tooltip);
+    }
     return base;
   }
 
@@ -292,4 +305,25 @@ export class StatusModel {
       error: false,
     };
   }
+}
+
+/** The status when the active editor's document is one midword leaves alone. */
+function offHereView(blocked: Blocked, serverTooltip: string): StatusView {
+  if (blocked.kind === 'excluded') {
+    return {
+      kind: 'off-here',
+      text: '$(circle-slash) midword: excluded file',
+      tooltip: `midword never completes this file nor puts it into another file's prompt: it matches "${blocked.pattern}" of midword.excludeFiles.\n\n${serverTooltip}`,
+      command: 'midword.showLog',
+      error: false,
+    };
+  }
+  const language = blocked.languageId !== '' ? blocked.languageId : 'this file';
+  return {
+    kind: 'off-here',
+    text: `$(circle-slash) midword: off for ${language}`,
+    tooltip: `Completions are off for ${language} (midword.languages). Click to turn them on for it.\n\n${serverTooltip}`,
+    command: 'midword.toggleLanguage',
+    error: false,
+  };
 }

@@ -96,6 +96,8 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
       debounceMs: 'auto',
       contextFiles: 'auto',
       contextBytes: 1024,
+      languages: { '*': true, plaintext: false, markdown: false, scminput: false },
+      excludeFiles: settingDefaults(readPackageJson()).get('excludeFiles'),
     });
     const item = s.vscode.statusItems[0];
     assert.ok(item?.visible);
@@ -188,6 +190,55 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
     assert.deepEqual(client.sent, []);
     await s.vscode.run(COMMANDS.toggle);
     assert.equal(client.hooks.isEnabled(), true);
+    await s.ext.dispose();
+  });
+
+  it('the status bar says when the active editor is off: its language, or an excluded file; settings changes show at once', async () => {
+    const s = setup((vscode) => vscode.user.set('midword.python.path', okPython));
+    await settle(s);
+    const item = s.vscode.statusItems[0];
+    assert.equal(item?.text, '$(sparkle) midword');
+    s.vscode.setActiveEditor('file:///ws/README.md', 0, 0, 'markdown');
+    assert.equal(item.text, '$(circle-slash) midword: off for markdown');
+    assert.equal(item.command, 'midword.toggleLanguage');
+    s.vscode.setActiveEditor('file:///ws/.env', 0, 0, 'dotenv');
+    assert.equal(item.text, '$(circle-slash) midword: excluded file');
+    s.vscode.setUser('excludeFiles', ['*.secret']); // a user list replaces the default
+    assert.equal(item.text, '$(sparkle) midword');
+    s.vscode.setActiveEditor('file:///ws/main.py', 0, 0, 'python');
+    assert.equal(item.text, '$(sparkle) midword');
+    s.vscode.setUser('languages', { python: false });
+    assert.equal(item.text, '$(circle-slash) midword: off for python');
+    await settle(s);
+    const sent = s.lastClient().sent;
+    assert.deepEqual(sent[sent.length - 1]?.excludeFiles, ['*.secret']);
+    // VS Code merges the user's object over the default: the server gets both
+    assert.deepEqual(sent[sent.length - 1]?.languages, { '*': true, plaintext: false, markdown: false, scminput: false, python: false });
+    await s.ext.dispose();
+  });
+
+  it('Enable/Disable Completions for This Language flips the active language in the user settings, both ways', async () => {
+    const s = setup((vscode) => {
+      vscode.user.set('midword.python.path', okPython);
+      vscode.user.set('midword.languages', { rust: false });
+    });
+    await settle(s);
+    s.vscode.setActiveEditor('file:///ws/notes.md', 0, 0, 'markdown');
+    const item = s.vscode.statusItems[0];
+    assert.equal(item?.text, '$(circle-slash) midword: off for markdown');
+    await s.vscode.run(COMMANDS.toggleLanguage);
+    assert.deepEqual(s.vscode.updates, [{ id: 'midword.languages', value: { rust: false, markdown: true }, target: Target.Global }]);
+    assert.equal(item.text, '$(sparkle) midword');
+    await s.vscode.run(COMMANDS.toggleLanguage);
+    assert.deepEqual(s.vscode.updates[1], { id: 'midword.languages', value: { rust: false, markdown: false }, target: Target.Global });
+    assert.equal(item.text, '$(circle-slash) midword: off for markdown');
+    await settle(s);
+    const client = s.lastClient();
+    assert.equal(client.stopped, 0); // no restart, the settings went to the running server
+    assert.equal(client.sent[client.sent.length - 1]?.languages.markdown, false);
+    s.vscode.activeEditor = undefined;
+    await s.vscode.run(COMMANDS.toggleLanguage);
+    assert.equal(s.vscode.updates.length, 2);
     await s.ext.dispose();
   });
 

@@ -49,6 +49,7 @@ describe('dist/extension.js', { skip: !posix && 'the fake interpreter is a shell
       'midword.selectModelFolder',
       'midword.showLog',
       'midword.toggle',
+      'midword.toggleLanguage',
     ]);
     const initialize = serverMessages(files).find((m) => m.method === 'initialize');
     assert.equal((initialize?.params.initializationOptions as { maxItems: number }).maxItems, 4);

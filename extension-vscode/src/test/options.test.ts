@@ -42,6 +42,29 @@ const SPEC_DEFAULTS = {
   debounceMs: 'auto',
   contextFiles: 'auto',
   contextBytes: 1024,
+  languages: { '*': true, plaintext: false, markdown: false, scminput: false },
+  excludeFiles: [
+    '.env',
+    '.env.*',
+    '*.env',
+    '.envrc',
+    '*.pem',
+    '*.key',
+    '*.p12',
+    '*.pfx',
+    'id_rsa*',
+    'id_dsa*',
+    'id_ecdsa*',
+    'id_ed25519*',
+    '.npmrc',
+    '.pypirc',
+    '.netrc',
+    '_netrc',
+    '.git-credentials',
+    '.aws/credentials',
+    'credentials*.json',
+    'secrets.*',
+  ],
 };
 
 describe('settings -> initializationOptions', () => {
@@ -93,6 +116,8 @@ describe('settings -> initializationOptions', () => {
       debounceMs: 250,
       contextFiles: 'off',
       contextBytes: 512,
+      languages: { '*': false, python: true },
+      excludeFiles: ['*.secret'],
       enable: false,
       'python.path': '/usr/bin/python3',
     };
@@ -145,6 +170,34 @@ describe('settings -> initializationOptions', () => {
       assert.equal(problems.length, 1, `${key} = ${JSON.stringify(value)}`);
       assert.match(String(problems[0]), new RegExp(`midword\\.${key} = `));
     }
+  });
+
+  it('languages takes an object of booleans, excludeFiles a list of patterns; [] is valid; anything else falls back', () => {
+    const none = buildInitializationOptionsWithProblems((key) => (key === 'excludeFiles' ? [] : undefined));
+    assert.deepEqual(none.options.excludeFiles, []);
+    assert.deepEqual(none.problems, []);
+    const invalid: [string, unknown][] = [
+      ['languages', ['markdown']],
+      ['languages', { markdown: 'no' }],
+      ['languages', true],
+      ['excludeFiles', '.env'],
+      ['excludeFiles', ['.env', 3]],
+      ['excludeFiles', ['']],
+    ];
+    for (const [key, value] of invalid) {
+      const { options, problems } = buildInitializationOptionsWithProblems((k) => (k === key ? value : undefined));
+      const label = `${key} = ${JSON.stringify(value)}`;
+      assert.deepEqual(options[key as ServerOptionKey], FALLBACK_OPTIONS[key as ServerOptionKey], label);
+      assert.equal(problems.length, 1, label);
+      assert.match(problems[0] ?? '', new RegExp(`^midword\\.${key} = .* is invalid \\(expected `), label);
+    }
+  });
+
+  it('object options are fresh copies too', () => {
+    const a = buildInitializationOptions(() => undefined);
+    (a.languages as Record<string, boolean>).rust = false;
+    assert.equal(FALLBACK_OPTIONS.languages.rust, undefined);
+    assert.equal(buildInitializationOptions(() => undefined).languages.rust, undefined);
   });
 
   it('ensemble settings: anything but an array of strings / finite numbers, or mix | product, falls back with a problem', () => {

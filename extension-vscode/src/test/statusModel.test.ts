@@ -171,6 +171,31 @@ describe('status bar model', () => {
     assert.equal(view.kind, 'ready');
   });
 
+  it('the active document off: "off for <language>" (click flips it) or "excluded file"; the global switch and errors still win', () => {
+    const model = new StatusModel();
+    model.setPhase('running');
+    model.onServerStatus({ state: 'ready', model: '/m/tiny', message: '', latencyMs: null });
+    model.setActiveBlocked({ kind: 'language', languageId: 'markdown' });
+    let view = model.view();
+    assert.equal(view.kind, 'off-here');
+    assert.equal(view.text, '$(circle-slash) midword: off for markdown');
+    assert.equal(view.command, 'midword.toggleLanguage');
+    assert.match(view.tooltip, /midword\.languages/);
+    model.setActiveBlocked({ kind: 'excluded', pattern: '.env' });
+    view = model.view();
+    assert.equal(view.text, '$(circle-slash) midword: excluded file');
+    assert.match(view.tooltip, /"\.env" of midword\.excludeFiles/);
+    assert.notEqual(view.command, 'midword.toggleLanguage');
+    model.setEnabled(false);
+    assert.equal(model.view().text, '$(circle-slash) midword');
+    model.setEnabled(true);
+    model.onServerStatus({ state: 'error', model: '', message: 'boom', latencyMs: null });
+    assert.equal(model.view().kind, 'error');
+    model.onServerStatus({ state: 'ready', model: '/m/tiny', message: '', latencyMs: null });
+    model.setActiveBlocked(undefined);
+    assert.equal(model.view().text, '$(sparkle) midword tiny');
+  });
+
   it('parses midword/status and $/progress params defensively', () => {
     assert.deepEqual(parseServerStatus({ state: 'ready', model: 'm', message: 'ok', latencyMs: 12 }), {
       state: 'ready',

@@ -56,12 +56,17 @@ export class FakeVscode {
   nextQuickPick: string | undefined;
   openDialogCalls: unknown[] = [];
   extensionsInstalled = new Map<string, unknown>();
-  /** `window.activeTextEditor`: a document uri and a cursor. */
-  activeEditor: { document: { uri: { toString(): string } }; selection: { active: { line: number; character: number } } } | undefined;
+  readonly activeEditorChanged = new FakeEvent<unknown>();
+  readonly documentOpened = new FakeEvent<unknown>();
+  /** `window.activeTextEditor`: a document (uri, language) and a cursor. */
+  activeEditor:
+    | { document: { uri: { toString(): string }; languageId: string }; selection: { active: { line: number; character: number } } }
+    | undefined;
 
-  /** Makes an editor on `uri` with the cursor at (line, character) the active one. */
-  setActiveEditor(uri: string, line: number, character: number): void {
-    this.activeEditor = { document: { uri: { toString: () => uri } }, selection: { active: { line, character } } };
+  /** Makes an editor on `uri` with the cursor at (line, character) the active one, firing the event. */
+  setActiveEditor(uri: string, line: number, character: number, languageId = 'python'): void {
+    this.activeEditor = { document: { uri: { toString: () => uri }, languageId }, selection: { active: { line, character } } };
+    this.activeEditorChanged.fire(this.activeEditor);
   }
 
   constructor(
@@ -73,14 +78,14 @@ export class FakeVscode {
     }
   }
 
+  /** As VS Code reads a setting: the most specific scope wins, except that objects are merged over each other. */
   private value(id: string): unknown {
-    if (this.workspaceValues.has(id)) {
-      return this.workspaceValues.get(id);
+    const layers = [this.defaults, this.user, this.workspaceValues].filter((scope) => scope.has(id)).map((scope) => scope.get(id));
+    const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+    if (layers.length > 1 && layers.every(isObject)) {
+      return Object.assign({}, ...layers) as unknown;
     }
-    if (this.user.has(id)) {
-      return this.user.get(id);
-    }
-    return this.defaults.get(id);
+    return layers[layers.length - 1];
   }
 
   /** Changes a user setting the way the Settings editor would, firing the event. */
@@ -122,6 +127,7 @@ export class FakeVscode {
         get activeTextEditor() {
           return fake.activeEditor;
         },
+        onDidChangeActiveTextEditor: fake.activeEditorChanged.event,
         createOutputChannel: () => ({
           info: (m: string) => fake.logLines.push(`info ${m}`),
           warn: (m: string) => fake.logLines.push(`warn ${m}`),
@@ -166,6 +172,7 @@ export class FakeVscode {
       workspace: {
         getConfiguration,
         onDidChangeConfiguration: fake.configChanged.event,
+        onDidOpenTextDocument: fake.documentOpened.event,
         workspaceFolders: [{ uri: { fsPath: fake.workspaceFolder }, name: 'ws', index: 0 }],
       },
       commands: {
