@@ -7,6 +7,11 @@
 --     init_options = { maxTokens = 32, temperature = 0 }, -- see docs/editors.md
 --   })
 --
+-- Where midword completes is a server option as well, e.g.
+--   init_options = { languages = { gitcommit = false, text = false },
+--                    excludeFiles = { ".env", ".env.*", "*.pem", "*.key" } }
+-- (prose and secret files are left out by default: docs/editors.md).
+--
 -- Neovim up to 0.11 has no inline (ghost text) completion, so midword serves it as
 -- completion items (<C-x><C-o> with omnifunc, or any completion plugin): the first
 -- item completes the identifier under the cursor, the second the rest of the line.
