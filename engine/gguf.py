@@ -94,6 +94,23 @@ QWEN2_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# The regexes llama.cpp's llama-vocab.cpp quotes as the models' own ("original regex from
+# tokenizer.json"; it runs ASCII-cased rewrites of the two below)
+SEED_CODER_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}"
+    r"| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+TEKKEN_PATTERN = (
+    rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+GPT4O_PATTERN = (  # (o200k: as Tekken's, with contractions and digits in threes)
+    rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTION}"
+    rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTION}"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 DEEPSEEK3_PATTERNS = (
     r"\p{N}{1,3}",
     r"[一-龥぀-ゟ゠-ヿ]+",
@@ -131,6 +148,11 @@ class PreTokenizerRecipe:
     models: str = ""  # who uses it (for messages and docs)
 
 
+def _regex_then_bytes(pattern: str) -> dict:
+    """One isolating regex split, then ByteLevel without its own (tiktoken-style files)."""
+    return _sequence(_split(pattern), BYTELEVEL_NO_REGEX)
+
+
 _DIGITS_THEN_GPT2 = PreTokenizerRecipe(
     _sequence({"type": "Digits", "individual_digits": True}, GPT2_BYTELEVEL),
     models="StarCoder, SmolLM, Refact, CodeShell: every digit alone, then the GPT-2 split",
@@ -160,6 +182,28 @@ PRE_TOKENIZERS: dict[str, PreTokenizerRecipe] = {
             BYTELEVEL_NO_REGEX,
         ),
         models="DeepSeek-Coder 1.3B, 6.7B, 33B (v1): four chained splits, then single digits",
+    ),
+    "dbrx": PreTokenizerRecipe(
+        _regex_then_bytes(LLAMA3_PATTERN),
+        models="DBRX, Phi-4 (cl100k: Llama 3's split, merges always applied)",
+    ),
+    "stablelm2": PreTokenizerRecipe(
+        _regex_then_bytes(QWEN2_PATTERN),
+        models="StableLM 2 (Arcade100k: Qwen2's split, no normalizer)",
+    ),
+    "seed-coder": PreTokenizerRecipe(
+        _regex_then_bytes(SEED_CODER_PATTERN),
+        models="Seed-Coder (single digits, newlines kept out of punctuation runs)",
+    ),
+    "tekken": PreTokenizerRecipe(
+        _regex_then_bytes(TEKKEN_PATTERN),
+        ignore_merges=True,
+        models="Mistral Nemo, Mistral Small 3, Devstral, Ministral (Tekken: case-split "
+        "words, single digits; a whole-word token wins over merges)",
+    ),
+    "gpt-4o": PreTokenizerRecipe(
+        _regex_then_bytes(GPT4O_PATTERN),
+        models="Phi-4-mini and other o200k vocabularies (GPT-4o's split)",
     ),
     "deepseek-v3": PreTokenizerRecipe(
         _sequence(*(_split(p) for p in DEEPSEEK3_PATTERNS), BYTELEVEL_NO_REGEX),

@@ -665,13 +665,14 @@ def test_unmodelled_variants_are_refused(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the CLI
-@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
-def test_complete_accepts_a_gemma_file(tmp_path: Path, arch: str) -> None:
-    """`midword complete --model x.gguf` end to end, on the architectures with the most
-    particular conversion (norms, head size, SentencePiece vocabulary without a dummy
-    prefix; Gemma 2's soft-capping and sliding windows on alternate layers, Gemma 3's
-    windows on five layers of six with their own rope base): the HF loader takes the
-    converted folder's tree masks; a Q8_0 file, as people download them."""
+def test_complete_accepts_a_gemma3_file(tmp_path: Path) -> None:
+    """`midword complete --model x.gguf` end to end, on the architecture with the most
+    particular conversion (norms + 1 with Q/K norms, head size, SentencePiece vocabulary
+    without a dummy prefix, sliding windows on five layers of six with their own rope
+    base, linear scaling on the global ones): the HF loader takes the converted folder
+    and its tree masks (Gemma 2's, through the same per-layer-type masks, was checked
+    this way when it came); a Q8_0 file, as people download them."""
+    arch = "gemma3"
     file = write_like_llama_cpp(tmp_path / f"{arch}.gguf", build(arch, 6), "Q8_0")
     env = {**os.environ, "MIDWORD_CACHE": str(tmp_path / "cache")}
     cmd = [sys.executable, "-m", "midword", "complete", "--model", str(file), "--device", "cpu"]
