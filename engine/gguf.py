@@ -211,6 +211,18 @@ PRE_TOKENIZERS: dict[str, PreTokenizerRecipe] = {
     ),
 }
 PRE_ALIASES = {"llama3": "llama-bpe", "llama-v3": "llama-bpe"}
+# Values llama.cpp reads that midword leaves out, and why (its regexes are known; what the
+# models' own tokenizer.json files do besides could not be matched or checked)
+PRE_NOT_MODELLED = {
+    "falcon": "Falcon's tokenizer.json splits digit runs after the byte-level mapping, "
+    "and llama.cpp's three regexes differ from it (' 12' stays whole)",
+    "command-r": "llama.cpp splits as StarCoder, but Command-R's tokenizer.json also "
+    "NFC-normalizes, which was not checked against the model's own file",
+    "mpt": "llama.cpp splits as GPT-2, but MPT's GPT-NeoX tokenizer.json also "
+    "NFC-normalizes, which was not checked against the model's own file",
+    "olmo": "llama.cpp splits as GPT-2, but OLMo's GPT-NeoX-derived tokenizer.json "
+    "normalizer was not checked against the model's own file",
+}
 
 
 def pre_tokenizer_recipe(name: str | None) -> PreTokenizerRecipe:
@@ -232,9 +244,10 @@ def pre_tokenizer_recipe(name: str | None) -> PreTokenizerRecipe:
     recipe = PRE_TOKENIZERS.get(PRE_ALIASES.get(name, name))
     if recipe is None:
         known = ", ".join(sorted([*PRE_TOKENIZERS, *PRE_ALIASES]))
+        why = f": {PRE_NOT_MODELLED[name]}" if name in PRE_NOT_MODELLED else ""
         raise GGUFError(
-            f"tokenizer.ggml.pre = {name!r} is not a pre-tokenizer midword models exactly "
-            f"(supported: {known})"
+            f"tokenizer.ggml.pre = {name!r} is not a pre-tokenizer midword models exactly"
+            f"{why} (supported: {known})"
         )
     return recipe
 
@@ -677,7 +690,7 @@ def iter_dequantized(
 
     arch = architecture(gf)
     heads, kv_heads = tensor_dims(gf)
-    weights = [t for t in gf.reader.tensors if t.name not in CONFIG_TENSORS]
+    weights = [t for t in gf.tensors if t.name not in CONFIG_TENSORS]
     total = sum(int(t.n_bytes) for t in weights) or 1
     done = 0
     for t in weights:

@@ -102,7 +102,7 @@ def read_factors(gf: GGUFFile) -> np.ndarray:
     """The ``rope_freqs.weight`` tensor as float32 (llama.cpp's converter writes it F32)."""
     from gguf.quants import dequantize
 
-    tensor = next(t for t in gf.reader.tensors if t.name == ROPE_FREQS)
+    tensor = next(t for t in gf.tensors if t.name == ROPE_FREQS)
     return np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32).ravel()
 
 

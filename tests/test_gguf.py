@@ -304,9 +304,10 @@ def test_other_refusals(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("endian", ["LITTLE", "BIG"])
 def test_metadata_reader_agrees_with_the_gguf_package(tmp_path: Path, endian: str) -> None:
-    """GGUFFile reads the metadata and tensor names itself (the gguf package's reader
+    """GGUFFile reads the metadata and the tensor table itself (the gguf package's reader
     takes seconds on a 200,000-token vocabulary); every value, of every type, arrays of
-    numbers and of strings included, is what the package's reader gives, in either byte
+    numbers and of strings included, and every tensor (F32, F16, Q8_0: its data, shape,
+    type, size, dequantized values) is what the package's reader gives, in either byte
     order."""
     file = tmp_path / "all.gguf"
     w = gguf.GGUFWriter(str(file), "llama", endianess=gguf.GGUFEndian[endian])
@@ -319,8 +320,13 @@ def test_metadata_reader_agrees_with_the_gguf_package(tmp_path: Path, endian: st
     w.add_array("t.ints", [1, -2, 3])
     w.add_array("t.floats", [0.5, -1.25])
     w.add_array("t.strings", ["a", "Ġb", "<0x0A>", "中"])
-    w.add_tensor("blk.0.attn_q.weight", np.ones((2, 3), np.float32))
-    w.add_tensor("token_embd.weight", np.zeros((4, 3), np.float16))
+    rng = np.random.default_rng(0)
+    plain = {"blk.0.attn_q.weight": np.float32, "token_embd.weight": np.float16}
+    for name, dtype in plain.items():
+        w.add_tensor(name, rng.standard_normal((2, 3)).astype(dtype))
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    packed = gguf.quants.quantize(rng.standard_normal((3, 64)).astype(np.float32), q8)
+    w.add_tensor("output.weight", packed, raw_dtype=q8)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -332,7 +338,18 @@ def test_metadata_reader_agrees_with_the_gguf_package(tmp_path: Path, endian: st
     for key, field in fields.items():
         assert ours.get(key) == field.contents(), key
         assert type(ours.get(key)) is type(field.contents()), key
-    assert ours.tensor_names() == {"blk.0.attn_q.weight", "token_embd.weight"}
+    assert ours.tensor_names() == {*plain, "output.weight"}
+    for mine, pkg in zip(ours.tensors, theirs.tensors, strict=True):
+        assert (mine.name, mine.tensor_type, mine.n_bytes) == (
+            pkg.name,
+            pkg.tensor_type,
+            pkg.n_bytes,
+        )
+        assert mine.data.shape == pkg.data.shape and np.array_equal(mine.data, pkg.data)
+        # (plain values of a big-endian file come in native order: the package's
+        # dequantize reads its own big-endian views as little-endian)
+        want = pkg.data if mine.name in plain else gguf.quants.dequantize(pkg.data, q8)
+        assert np.array_equal(gguf.quants.dequantize(mine.data, mine.tensor_type), want)
     assert ours.get("t.float32") == float(np.float32(1e-5)) and ours.arch == "llama"
 
 
