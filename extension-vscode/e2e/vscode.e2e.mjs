@@ -13,7 +13,9 @@
 // of a multi-line suggestion with midword's Accept Next Line (Shift+Tab) and
 // check the file again; check the acceptance log's shown/accepted/partial
 // events; check the midword output channel (each server line once, no INFO
-// line tagged [error]); then the negative control: after midword's toggle
+// line tagged [error]); open notes.md: the status bar says midword is off for
+// markdown, and clicking it turns markdown on in the user settings; then the
+// negative control: after midword's toggle
 // turns midword.enable off, no ghost text comes. On failure a screenshot and
 // the logs go to $MIDWORD_ARTIFACTS (default .ci/artifacts).
 //
@@ -48,11 +50,14 @@ import {
   waitForHttp,
 } from './harness.mjs';
 import {
+  clickStatus,
   focusEditor,
   openFile,
+  openFromExplorer,
   readGhostText,
   runCommand,
   saveAndRead,
+  showTab,
   waitForGhostChange,
   waitForGhostText,
   waitForStatus,
@@ -62,6 +67,7 @@ const REPO = path.resolve(import.meta.dirname, '..', '..');
 const EXTENSION_DIR = path.join(REPO, 'extension-vscode');
 const FIXTURE = path.join(import.meta.dirname, 'workspace');
 const FILE_NAME = 'main.py';
+const NOTES_NAME = 'notes.md';
 /** Typed at the end of main.py, inside an identifier (the small model goes on with `ser(`). */
 const TYPED_MID_WORD = '    parser = argparse.ArgumentPar';
 /** Typed on a new line for the negative control. */
@@ -171,6 +177,14 @@ const settingsFile = (dirs) => path.join(dirs.userData, 'User', 'settings.json')
 async function writeSettings(dirs, python) {
   await fs.mkdir(path.dirname(settingsFile(dirs)), { recursive: true });
   await fs.writeFile(settingsFile(dirs), JSON.stringify(userSettings(python), null, 2));
+  // code-server's extension host is a remote one, and VS Code reads machine-scoped
+  // settings (python.path, model) from the remote machine's settings: the user's copies
+  // count only until the first settings write (then the model would reload as "")
+  const machine = path.join(dirs.userData, 'Machine', 'settings.json');
+  await fs.mkdir(path.dirname(machine), { recursive: true });
+  const all = userSettings(python);
+  const machineScoped = ['midword.python.path', 'midword.model'];
+  await fs.writeFile(machine, JSON.stringify(Object.fromEntries(machineScoped.map((key) => [key, all[key]])), null, 2));
 }
 
 async function readSettings(dirs) {
@@ -332,6 +346,26 @@ async function checkOutputChannel(dirs) {
 }
 
 /**
+ * Where midword completes: a markdown file is off by default (midword.languages), the
+ * status bar says so for the active editor, and clicking it turns markdown on in the
+ * user settings; back in main.py the bar says ready. The status bar rather than the
+ * command palette: a palette search for the global toggle would also list this command.
+ */
+async function checkLanguageSwitch(page, dirs, ready) {
+  await openFromExplorer(page, NOTES_NAME, TIMEOUTS.workbench);
+  await waitForStatus(page, 'off for markdown', (status) => status.text.includes('off for markdown'), TIMEOUTS.setting);
+  await clickStatus(page);
+  await waitFor('midword.languages.markdown true in the user settings', async () => (await readSettings(dirs))['midword.languages']?.markdown === true, {
+    timeoutMs: TIMEOUTS.setting,
+  });
+  const on = await waitForStatus(page, 'markdown on', (status) => status.label.startsWith('midword ready: '), TIMEOUTS.setting);
+  await showTab(page, FILE_NAME);
+  const back = await waitForStatus(page, 'ready in main.py', (status) => status.label.startsWith('midword ready: '), TIMEOUTS.setting);
+  check(back.label === ready.label, `the same model after the language switch (no reload): ${JSON.stringify(back.label)}`);
+  log(`${NOTES_NAME}: status bar said off for markdown; clicked, markdown on (${JSON.stringify(on.text)})`);
+}
+
+/**
  * Negative control: after midword's toggle command turns midword.enable off,
  * typing where ghost text came before shows none, in several times the wait
  * that worked, and the server is asked for nothing that gets shown.
@@ -380,6 +414,7 @@ async function run(dirs, state) {
   const first = await acceptWithTab(page, file, acceptanceLog);
   await acceptNextLine(page, file, acceptanceLog, first.text);
   await checkOutputChannel(dirs);
+  await checkLanguageSwitch(page, dirs, ready);
   await checkDisabled(page, dirs, acceptanceLog, first.ghostWaitMs);
 }
 

@@ -118,6 +118,11 @@ export async function saveAndRead(page, file, previous, timeoutMs) {
 export async function openFile(page, url, folder, fileName, timeoutMs) {
   await page.goto(`${url}/?folder=${encodeURIComponent(folder)}`);
   await page.locator('.monaco-workbench').waitFor({ timeout: timeoutMs });
+  await openFromExplorer(page, fileName, timeoutMs);
+}
+
+/** Opens `fileName` of the open folder in an editor (or brings its tab forward), and focuses it. */
+export async function openFromExplorer(page, fileName, timeoutMs) {
   // the explorer, not Quick Open: that searches with ripgrep, which the offline install lacks
   const row = page.locator('.explorer-folders-view .monaco-list-row').filter({ hasText: fileName }).first();
   await waitFor(
@@ -136,6 +141,17 @@ export async function openFile(page, url, folder, fileName, timeoutMs) {
 
 export async function focusEditor(page) {
   await page.locator('.editor-instance .monaco-editor .view-lines').first().click();
+}
+
+/** Clicks the midword status bar item (runs the command it shows). */
+export async function clickStatus(page) {
+  await page.locator('.statusbar-item').filter({ hasText: /midword/ }).first().click();
+}
+
+/** Brings the editor tab of `fileName` forward and focuses its editor. */
+export async function showTab(page, fileName) {
+  await page.locator('.tab').filter({ hasText: fileName }).first().click();
+  await focusEditor(page);
 }
 
 /** Runs a command from the command palette (F1) by its title. */
