@@ -85,6 +85,10 @@ bench-tree-overhead:  ## issue 3: inference tokens per prompt-boundary solve ove
 bench-tree-replay:  ## covering-tree build times: typed code (shipped tokenizer), trees inside characters with and without encoding (llama3)
 	$(PY) benchmarks/bench_tree_replay.py
 
+.PHONY: bench-tail
+bench-tail:  ## covering tree's tail per key: 20/60/200-byte open pre-tokens (identifier, spaces) on 4 tokenizers, typed code
+	$(PY) benchmarks/bench_tail.py
+
 .PHONY: bench-editor-path
 bench-editor-path:  ## issue 21: keystroke -> inline item over stdio on the default model (2,000-line file, 16 tokens) vs plain generate()
 	$(PY) benchmarks/bench_editor_path.py
