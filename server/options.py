@@ -204,6 +204,11 @@ _SPEC: dict[str, tuple[str, Check, str]] = {
 }
 
 
+_LISTS = frozenset(
+    name for name, (_, _, expected) in _SPEC.items() if expected.startswith("a list")
+)
+
+
 def _unwrap(raw: Any) -> Mapping[str, Any]:
     """The options object; also accepts ``{"midword": {...}}`` (settings sent by section)."""
     if isinstance(raw, Mapping) and isinstance(raw.get("midword"), Mapping):
@@ -221,15 +226,18 @@ def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOp
     values: dict[str, Any] = {}
     for f in fields(ServerOptions):
         key, check, expected = _SPEC[f.name]
-        if key not in data or data[key] is None:
+        value = data.get(key)
+        if value == {} and f.name in _LISTS:
+            value = []  # Neovim's Lua sends an empty table, `excludeFiles = {}`, as {}
+        if value is None:
             values[f.name] = getattr(base, f.name)
-        elif check(data[key]):
-            values[f.name] = _convert(getattr(ServerOptions(), f.name), data[key])
+        elif check(value):
+            values[f.name] = _convert(getattr(ServerOptions(), f.name), value)
         else:
             default = getattr(ServerOptions(), f.name)
             shown = dict(default) if f.name == "languages" else default  # as the client wrote it
             problems.append(
-                f"midword.{key} = {json.dumps(data[key])} is invalid "
+                f"midword.{key} = {json.dumps(value)} is invalid "
                 f"(expected {expected}); using {json.dumps(shown)}"
             )
             values[f.name] = default

@@ -179,6 +179,15 @@ def test_a_user_exclude_list_replaces_the_default() -> None:
     assert off.exclude_files == ()
 
 
+def test_an_empty_lua_table_is_an_empty_list() -> None:
+    """Neovim sends `excludeFiles = {}` as the JSON object {}: an empty list, not an
+    error; an empty `languages` object is still an object (the defaults stand)."""
+    opts, problems = parse_options({"excludeFiles": {}, "ensemble": {}, "languages": {}})
+    assert problems == []
+    assert opts.exclude_files == () and opts.ensemble == ()
+    assert opts.languages == ServerOptions().languages
+
+
 @pytest.mark.parametrize(
     ("raw", "key"),
     [
