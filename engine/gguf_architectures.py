@@ -119,11 +119,7 @@ def _gemma2_settings(gf: GGUFFile) -> dict[str, Any]:
             raise GGUFError(f"{where} {gf.arch}.{key}, which midword needs written")
         values[key] = value
     layers = int(gf.arch_value("block_count"))
-    hidden, heads = (
-        int(gf.arch_value("embedding_length")),
-        int(gf.arch_value("attention.head_count")),
-    )
-    scalar = hidden // heads if layers == GEMMA2_27B_LAYERS else head_dim(gf)
+    scalar = _query_pre_attn_scalar(gf, GEMMA2_27B_LAYERS)
     return {
         **_rms_settings(gf),
         "hidden_activation": "gelu_pytorch_tanh",  # ggml's GELU is the tanh form
@@ -135,6 +131,14 @@ def _gemma2_settings(gf: GGUFFile) -> dict[str, Any]:
             "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)
         ],
     }
+
+
+def _query_pre_attn_scalar(gf: GGUFFile, layers_of_27b: int) -> int:
+    """Gemma 2 / 3's query scale as llama.cpp takes it: the head size, except for the
+    27B model (told by its layer count), whose queries are scaled by hidden / heads."""
+    if int(gf.arch_value("block_count")) == layers_of_27b:
+        return int(gf.arch_value("embedding_length")) // int(gf.arch_value("attention.head_count"))
+    return head_dim(gf)
 
 
 GEMMA3_27B_LAYERS = 62  # llama.cpp tells Gemma 3 27B by its layer count
@@ -155,11 +159,7 @@ def _gemma3_settings(gf: GGUFFile) -> dict[str, Any]:
             "Gemma 3's five sliding layers to one global"
         )
     layers = int(gf.arch_value("block_count"))
-    hidden, heads = (
-        int(gf.arch_value("embedding_length")),
-        int(gf.arch_value("attention.head_count")),
-    )
-    scalar = hidden // heads if layers == GEMMA3_27B_LAYERS else head_dim(gf)
+    scalar = _query_pre_attn_scalar(gf, GEMMA3_27B_LAYERS)
     return {
         **_rms_settings(gf),
         "hidden_activation": "gelu_pytorch_tanh",  # ggml's GELU is the tanh form
