@@ -13,6 +13,7 @@ import bisect
 import codecs
 import random
 
+from midword.engine import build_tree
 from midword.engine.tokenizer import BPETokenizer
 from midword.engine.utf8 import PROBES
 from tokenizers import Tokenizer
@@ -141,3 +142,23 @@ def tree_sequences(tree, end_sample: list[int]) -> set[tuple[int, ...]]:
 def sample_ids(tok: BPETokenizer, n: int, rng: random.Random) -> list[int]:
     ids = [i for i, b in enumerate(tok.token_bytes) if b is not None]
     return rng.sample(ids, min(n, len(ids)))
+
+
+def assert_trees_match_brute_force(
+    eng, hf: Tokenizer, prefixes: list[bytes], rng: random.Random, n_sample: int = 150
+) -> None:
+    """Each prefix's covering tree equals `brute_force_tree` over the real encoder, on a
+    sample of end tokens plus the first `n_sample` leaves the tree claims at the prefix end.
+    A prefix that stops inside a character: the oracle samples the completions of its
+    lead, so what it finds must be in the tree (the chain-rule tests check the rest)."""
+    for prefix in prefixes:
+        tree = build_tree(eng, prefix)
+        ends = [n for n in tree.nodes if n.ends_at_prefix_end]
+        claimed = [int(t) for n in ends for t in n.leaves[:n_sample]]
+        sample = sample_ids(eng.tok, n_sample, rng) + claimed
+        mine = {tuple(tree.trunk) + s for s in tree_sequences(tree, sample)}
+        truth = brute_force_tree(hf, eng.tok, prefix, sample)
+        if _ends_inside_char(prefix):
+            assert truth <= mine, (prefix, sorted(truth - mine)[:5])
+        else:
+            assert mine == truth, (prefix, sorted(mine ^ truth)[:5])

@@ -13,14 +13,17 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from midword.engine import build_tree, load_engine
 from midword.engine import gguf as mg
+from midword.engine import load_engine
 from midword.engine.bytelevel import chars_to_bytes
 from midword.engine.pretok import parse_pretokenizer
 from midword.engine.tokenizer import load_tokenizer
 from tokenizers import Tokenizer
 
-from .oracle import brute_force_tree, real_encoder, sample_ids, tree_sequences
+from .oracle import (
+    assert_trees_match_brute_force,
+    real_encoder,
+)
 from .test_gguf import DEFAULT_TOKENIZER, EXTRA_TEXTS, python_sources, write_vocab_gguf
 from .test_gguf_rope import DEEPSEEK_LINEAR, tiny_model, write_file
 
@@ -115,14 +118,6 @@ def test_encoder_matches_the_reference(reference: Path, rebuilt: Path) -> None:
     assert pieces[-4:] == ["1", "2", "č", "Ċ"]  # single digits, CR and LF alone
 
 
-def _short_of_a_character(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    return False
-
-
 def test_trees_against_brute_force(rebuilt: Path) -> None:
     """Covering trees of the rebuilt tokenizer equal tests/oracle.py's brute force over
     the real encoder, on prefixes ending in digits, words, punctuation, CR/LF and CJK."""
@@ -130,16 +125,7 @@ def test_trees_against_brute_force(rebuilt: Path) -> None:
     rng = random.Random(11)
     prefixes = [b"x = 12", b"foo(ba", b"a\r\n", b"a\r", b"  ret", b"don't", b"x..", b"\n    1"]
     prefixes += ["中文字".encode()[:7], "a 한".encode()]
-    for prefix in prefixes:
-        tree = build_tree(eng, prefix)
-        claimed = [int(t) for n in tree.nodes if n.ends_at_prefix_end for t in n.leaves[:150]]
-        sample = sample_ids(eng.tok, 150, rng) + claimed
-        mine = {tuple(tree.trunk) + s for s in tree_sequences(tree, sample)}
-        truth = brute_force_tree(hf, eng.tok, prefix, sample)
-        if _short_of_a_character(prefix):  # the oracle samples a bare lead's completions
-            assert truth <= mine, (prefix, sorted(truth - mine)[:5])
-        else:
-            assert mine == truth, (prefix, sorted(mine ^ truth)[:5])
+    assert_trees_match_brute_force(eng, hf, prefixes, rng)
 
 
 def test_complete_accepts_a_deepseek_coder_file(
