@@ -24,7 +24,7 @@ from .utf8 import ENDING_INDEX, PROBE_ENDINGS, PROBES, complete_head, nfc_bounda
 from .validity import Validity
 
 CONTINUES_MEMO_SIZE = 1 << 15  # remembered LeafTables.continues verdicts (~250 bytes each)
-VCT_CACHE_VERSION = "7"  # bump when the cached per-token tables change meaning (the leaf
+VCT_CACHE_VERSION = "8"  # bump when the cached per-token tables change meaning (the leaf
 # cache also keys runs by the class machine's thread lists: bump when those change too)
 
 

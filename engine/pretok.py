@@ -8,6 +8,11 @@ when the pattern covers all text), ``ByteLevel`` with ``use_regex`` (the
 GPT-2 pattern), and ``Digits`` (StarCoder and SmolLM2 put it first: every
 digit, or every run of digits, is a pre-token of its own).
 
+Every pattern is compiled by :func:`~midword.engine.unicode_versions.compile_as_tokenizers`,
+so that its character properties answer from the Unicode version of ``tokenizers``' regex
+engine (16.0), not the ``regex`` module's own (17.0); the split patterns keep their source
+as written in ``pattern`` (the class machine below parses it).
+
 >>> p = Pretokenizer([(regex.compile(r"\\p{L}+|\\s+|\\p{N}{1,3}|[^\\s\\p{L}\\p{N}]+"), "isolated")])
 >>> p.split("ab  12345!")
 ['ab', '  ', '123', '45', '!']
@@ -16,6 +21,7 @@ digit, or every run of digits, is a pre-token of its own).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -23,20 +29,58 @@ from typing import Protocol
 import numpy as np
 import regex
 
+from .unicode_versions import compile_as_tokenizers, numeric_class
+
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-# HF ``Digits`` tests Rust's char::is_numeric: the general categories Nd, Nl and No, i.e. \p{N}
-DIGIT_PATTERN, DIGIT_RUN_PATTERN = r"\p{N}", r"\p{N}+"
+# HF ``Digits`` tests Rust's char::is_numeric: the general categories Nd, Nl and No, i.e.
+# \p{N}, but of Rust's Unicode version (17.0), not Oniguruma's (see numeric_class)
+DIGIT_PATTERN = numeric_class()
+DIGIT_RUN_PATTERN = DIGIT_PATTERN + "+"
 
 
 class PretokenizerError(ValueError):
     """The pre-tokenizer configuration is not one midword supports."""
 
 
+class SplitPattern(Protocol):
+    """What a split needs of its pattern: the source and its matches."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    def finditer(self, string: str, pos: int = ..., endpos: int = ...) -> Iterator: ...
+
+
+class TokenizerRegex:
+    """A tokenizer's regex, matching as ``tokenizers`` does (see :mod:`.unicode_versions`).
+
+    ``pattern`` is the source as written; ``compiled`` the ``regex`` pattern that runs.
+
+    >>> TokenizerRegex(r"\\p{L}+").pattern
+    '\\\\p{L}+'
+    >>> [m.group() for m in TokenizerRegex(r"\\p{L}+").finditer("x\\ua7cey")]
+    ['x', 'y']
+    """
+
+    __slots__ = ("compiled", "finditer", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.compiled = compile_as_tokenizers(pattern)
+        self.finditer = self.compiled.finditer  # (bound once: the encoder's hot call)
+
+    def __repr__(self) -> str:
+        return f"TokenizerRegex({self.pattern!r})"
+
+    def __reduce__(self) -> tuple:
+        return TokenizerRegex, (self.pattern,)
+
+
 @dataclass
 class Pretokenizer:
     """A chain of regex splits; ``behaviors[i]`` is 'isolated' or 'keep_matches'."""
 
-    splits: list[tuple[regex.Pattern[str], str]]
+    splits: list[tuple[SplitPattern, str]]
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Character spans of the pre-tokens of ``text``."""
@@ -53,7 +97,7 @@ class Pretokenizer:
 
 
 def _split_piece(
-    pattern: regex.Pattern[str], behavior: str, text: str, start: int, end: int
+    pattern: SplitPattern, behavior: str, text: str, start: int, end: int
 ) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     pos = start
@@ -71,12 +115,12 @@ def _split_piece(
 
 def parse_pretokenizer(spec: dict | None) -> Pretokenizer:
     """Build a :class:`Pretokenizer` from the ``pre_tokenizer`` entry of tokenizer.json."""
-    splits: list[tuple[regex.Pattern[str], str]] = []
+    splits: list[tuple[SplitPattern, str]] = []
     _collect(spec, splits)
     return Pretokenizer(splits)
 
 
-def _collect(spec: dict | None, splits: list[tuple[regex.Pattern[str], str]]) -> None:
+def _collect(spec: dict | None, splits: list[tuple[SplitPattern, str]]) -> None:
     if not spec:
         return
     kind = spec.get("type")
@@ -89,23 +133,23 @@ def _collect(spec: dict | None, splits: list[tuple[regex.Pattern[str], str]]) ->
         # Isolated split on each numeric character, or on each maximal run of them
         individual = bool(spec.get("individual_digits", False))
         splits.append(
-            (regex.compile(DIGIT_PATTERN if individual else DIGIT_RUN_PATTERN), "isolated")
+            (TokenizerRegex(DIGIT_PATTERN if individual else DIGIT_RUN_PATTERN), "isolated")
         )
     elif kind == "ByteLevel":
         if spec.get("add_prefix_space"):
             raise PretokenizerError("ByteLevel add_prefix_space=true is not supported")
         if spec.get("use_regex", True):
-            splits.append((regex.compile(GPT2_PATTERN), "isolated"))
+            splits.append((TokenizerRegex(GPT2_PATTERN), "isolated"))
     else:
         raise PretokenizerError(f"unsupported pre-tokenizer {kind!r}")
 
 
-def _compile(spec: dict) -> regex.Pattern[str]:
+def _compile(spec: dict) -> TokenizerRegex:
     pattern = spec.get("pattern") or {}
     if "Regex" in pattern:
-        return regex.compile(pattern["Regex"])
+        return TokenizerRegex(pattern["Regex"])
     if "String" in pattern:
-        return regex.compile(regex.escape(pattern["String"]))
+        return TokenizerRegex(regex.escape(pattern["String"]))
     raise PretokenizerError(f"Split without a pattern: {spec}")
 
 
@@ -235,7 +279,7 @@ class _Parser:
         self.i = end
         if src == ".":
             src = "[^\\n]"
-        self.atoms.append(regex.compile(f"(?i:{src})" if self.ignore_case[-1] else src))
+        self.atoms.append(compile_as_tokenizers(f"(?i:{src})" if self.ignore_case[-1] else src))
         return ("atom", len(self.atoms) - 1)
 
 

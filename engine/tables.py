@@ -30,6 +30,7 @@ from .saved_words import saved_words_for
 from .sentencepiece import SentencePieceEngine, SentencePieceTokenizer
 from .tail import ONLY_BARE, Hyp, TailCache, WholeWords
 from .tokenizer import BPETokenizer, TokenizerError, cache_root, load_tokenizer
+from .unicode_versions import compile_as_tokenizers
 from .utf8 import (
     NFC_TAIL_CHARS,
     PROBE_ENDINGS,
@@ -62,7 +63,7 @@ def _class_atoms(patterns: list[str]) -> list[regex.Pattern[str]]:
     for a in sorted(atoms):
         for wrapped in (a, f"(?i:{a})"):
             try:
-                out.append(regex.compile(wrapped))
+                out.append(compile_as_tokenizers(wrapped))  # (as the splits test it)
             except regex.error:
                 continue
     return out
