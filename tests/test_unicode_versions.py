@@ -16,6 +16,7 @@ import pickle
 import random
 from functools import cache
 
+import numpy as np
 import pytest
 import regex
 from midword.engine import gguf as mg
@@ -34,6 +35,8 @@ from midword.engine.unicode_versions import (
     RECATEGORIZED,
     as_tokenizers_source,
     compile_as_tokenizers,
+    holds_late_characters,
+    late_mask,
 )
 from tokenizers import Regex, Tokenizer, pre_tokenizers
 
@@ -144,6 +147,17 @@ def test_digits_like_rust_for_every_code_point(individual: bool) -> None:
     ours, theirs = parse_pretokenizer(spec), pre_tokenizers.Digits(individual)
     text = "".join(c + c + "a" for c in every_character())
     assert ours.spans(text) == [tuple(o) for _, o in theirs.pre_tokenize_str(text)]
+
+
+def test_late_characters_are_found_wherever_they_are() -> None:
+    """The fast path's test (text without such characters splits on the ``regex``
+    module's own tables) finds exactly the late characters, among every code point."""
+    text = every_character()
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    found = {chr(c) for c in codes[late_mask(codes)]}
+    assert found == set(late_characters())
+    assert all(holds_late_characters(f"ab {c}") for c in found)
+    assert not holds_late_characters("".join(c for c in text if c not in found))
 
 
 def test_old_reading_differs_so_the_tests_can_fail() -> None:
