@@ -32,7 +32,7 @@ import regex
 
 TOKENIZERS_UNICODE = "16.0"  # Oniguruma's tables (the onig crate that tokenizers links)
 
-# Code points assigned in Unicode 17.0 (all of them; none is new to Oniguruma)
+# The code points Unicode 17.0 assigned (all 4,803: Oniguruma's 16.0 tables have none)
 ASSIGNED_AFTER: tuple[tuple[int, int], ...] = (
     (0x088F, 0x088F), (0x0C5C, 0x0C5C), (0x0CDC, 0x0CDC), (0x1ACF, 0x1ADD), (0x1AE0, 0x1AEB),
     (0x20C1, 0x20C1), (0x2B96, 0x2B96), (0xA7CE, 0xA7CF), (0xA7D2, 0xA7D2), (0xA7D4, 0xA7D4),
@@ -77,7 +77,7 @@ def compile_as_tokenizers(pattern: str) -> regex.Pattern[str]:
 def compile_with_own_tables(pattern: str) -> regex.Pattern[str]:
     """The same pattern reading the ``regex`` module's own tables: it matches as
     :func:`compile_as_tokenizers`'s does in text that :func:`holds_late_characters` says
-    has none, and runs faster (a set difference costs a third more per character)."""
+    has none, and runs faster (the set differences cost half as much again per character)."""
     return regex.compile(as_tokenizers_source(pattern, properties=False), flags=regex.V1)
 
 
