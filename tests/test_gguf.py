@@ -21,7 +21,7 @@ from midword.engine.model_files import is_gguf_file, prepare_model, storage_dtyp
 from midword.engine.tokenizer import load_tokenizer
 from tokenizers import Tokenizer
 
-from .gguf_support import write_shape
+from .gguf_support import norms_away_from_one, write_shape
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
@@ -116,11 +116,7 @@ def tiny_llama(seed: int, tie: bool, arch: str = "llama") -> transformers.PreTra
         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tie,
     )  # fmt: skip
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():  # norms away from 1 and biases away from 0, so a misplaced one shows
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-    return model
+    return norms_away_from_one(model)
 
 
 def write_model_gguf(

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -395,13 +396,9 @@ def _gemma2_variant(source: transformers.PreTrainedModel, **changes: object):  #
     return model
 
 
-def test_gemma2_config_and_what_it_changes(tmp_path: Path) -> None:
-    """Soft-capping, the window and its layers, the query scale and the four norms come
-    through, and with soft-capping that bites the logits are still the source's exactly;
-    without the soft-capping or the window they differ (both matter on this prompt)."""
-    source = tiny_gemma2(5, len(gemma_vocab().tokens), BITING_CAPS)
-    file = write_like_llama_cpp(tmp_path / "g2.gguf", source, "F32")
-    folder = mg.convert_gguf(file, cache_dir=tmp_path / "c")
+def _gemma_config_as_source(folder: Path, source: Any) -> dict[str, Any]:
+    """The converted config.json, checked against the source's on every field llama.cpp's
+    Gemma 2 / 3 files carry (caps, window, layer types, rope, query scale, norms)."""
     config = json.loads((folder / "config.json").read_text())
     theirs = source.config.to_dict()
     for key in (
@@ -410,6 +407,17 @@ def test_gemma2_config_and_what_it_changes(tmp_path: Path) -> None:
         "sliding_window", "layer_types", "rope_parameters", "tie_word_embeddings",
     ):  # fmt: skip
         assert config[key] == theirs[key], key
+    return config
+
+
+def test_gemma2_config_and_what_it_changes(tmp_path: Path) -> None:
+    """Soft-capping, the window and its layers, the query scale and the four norms come
+    through, and with soft-capping that bites the logits are still the source's exactly;
+    without the soft-capping or the window they differ (both matter on this prompt)."""
+    source = tiny_gemma2(5, len(gemma_vocab().tokens), BITING_CAPS)
+    file = write_like_llama_cpp(tmp_path / "g2.gguf", source, "F32")
+    folder = mg.convert_gguf(file, cache_dir=tmp_path / "c")
+    _gemma_config_as_source(folder, source)
     restored = mg.dequantized_tensors(mg.GGUFFile(file))
     norm = source.model.layers[2].post_feedforward_layernorm.weight.detach().numpy()
     assert np.abs(restored["model.layers.2.post_feedforward_layernorm.weight"] - norm).max() < 1e-6
@@ -475,14 +483,7 @@ def test_gemma3_config_and_what_it_changes(tmp_path: Path) -> None:
     source = tiny_gemma3(5, len(gemma_vocab().tokens))
     file = write_like_llama_cpp(tmp_path / "g3.gguf", source, "F32")
     folder = mg.convert_gguf(file, cache_dir=tmp_path / "c")
-    config = json.loads((folder / "config.json").read_text())
-    theirs = source.config.to_dict()
-    for key in (
-        "model_type", "head_dim", "num_key_value_heads", "rms_norm_eps", "hidden_activation",
-        "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
-        "sliding_window", "layer_types", "rope_parameters", "tie_word_embeddings",
-    ):  # fmt: skip
-        assert config[key] == theirs[key], key
+    config = _gemma_config_as_source(folder, source)
     assert config["layer_types"][4:] == ["sliding_attention", "full_attention", "sliding_attention"]
     restored = mg.dequantized_tensors(mg.GGUFFile(file))
     k_norm = source.model.layers[5].self_attn.k_norm.weight.detach().numpy()

@@ -18,7 +18,7 @@ import pytest
 from midword.engine import gguf as mg
 from midword.engine.gguf_rope import NO_SCALING, inverse_frequencies, llama3_parameters
 
-from .gguf_support import write_shape
+from .gguf_support import norms_away_from_one, write_shape
 from .test_gguf import (
     CONFIGS,
     DEFAULT_TOKENIZER,
@@ -59,11 +59,7 @@ def tiny_model(
         rope_parameters={**(rope or {"rope_type": "default"}), "rope_theta": theta},
     )  # fmt: skip
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():  # norms away from 1, so a misplaced one shows
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-    return model
+    return norms_away_from_one(model)
 
 
 # ------------------------------------------------------------------ written as llama.cpp does

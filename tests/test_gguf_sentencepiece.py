@@ -21,7 +21,7 @@ from midword.engine.tokenizer import load_tokenizer
 
 from midword.testing import CORPUS, real_encoder, tokenizer_path
 
-from .gguf_support import write_shape
+from .gguf_support import norms_away_from_one, write_shape
 from .oracle import brute_force_tree, sample_ids, tree_sequences
 
 gguf = pytest.importorskip("gguf")
@@ -329,11 +329,7 @@ def tiny_model(vocab_size: int, hidden: int = 64) -> transformers.PreTrainedMode
         tie_word_embeddings=False,
     )  # fmt: skip
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():  # norms away from 1, so a misplaced one shows
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-    return model
+    return norms_away_from_one(model)
 
 
 def test_converted_model_gives_the_source_logits(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ Also: :class:`ConfigScan` (one character at a time, resumed from a shared head) 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -82,9 +83,10 @@ def _keys(seed: int, steps: int) -> list[tuple[str, int]]:
     return out[:steps]
 
 
-def _regions(engine: Engine, keys: list[tuple[str, int]]) -> list[bytes]:
-    """The region (bytes after the settled trunk) after each key."""
-    vct, out = VCT(engine), []
+def _typed(engine: Engine, keys: list[tuple[str, int]], cap: int | None = None) -> Iterator[VCT]:
+    """The VCT after each key it takes (a byte it refuses is skipped), cut back to a third
+    of ``cap`` when the prefix grows past it."""
+    vct = VCT(engine)
     for kind, arg in keys:
         if kind == "delete":
             vct.truncate(max(0, len(vct.prefix) - arg))
@@ -93,10 +95,14 @@ def _regions(engine: Engine, keys: list[tuple[str, int]]) -> list[bytes]:
                 vct.push(arg)
             except PrefixError:
                 continue
-        if len(vct.prefix) > MAX_PREFIX:
-            vct.truncate(MAX_PREFIX // 3)
-        out.append(bytes(vct.buf[vct.settled :]))
-    return out
+        if cap is not None and len(vct.prefix) > cap:
+            vct.truncate(cap // 3)
+        yield vct
+
+
+def _regions(engine: Engine, keys: list[tuple[str, int]]) -> list[bytes]:
+    """The region (bytes after the settled trunk) after each key."""
+    return [bytes(vct.buf[vct.settled :]) for vct in _typed(engine, keys, MAX_PREFIX)]
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -162,15 +168,8 @@ def test_config_scan_equals_scan_configs_on_every_prefix(engine: Engine) -> None
 def test_complete_path_equals_the_encoding(engine: Engine) -> None:
     """Typed key by key (tails taken over from the previous key), the tree's trunk is a
     prefix of the encoder's encoding of the region and ``Tree.complete`` is the rest."""
-    vct, checked = VCT(engine), 0
-    for kind, arg in _keys(5, engine.steps):  # type: ignore[attr-defined]
-        if kind == "delete":
-            vct.truncate(max(0, len(vct.prefix) - arg))
-        else:
-            try:
-                vct.push(arg)
-            except PrefixError:
-                continue
+    checked = 0
+    for vct in _typed(engine, _keys(5, engine.steps)):  # type: ignore[attr-defined]
         region = bytes(vct.buf[vct.settled :])
         tree = vct.tree()
         try:
