@@ -11,7 +11,8 @@ the tokenizer beside it, and served from there. Printed, all wall clock:
 2. first completion after opening a --lines-line Python file, cursor mid-word at its end
    (the server reads its window of the last windowBytes bytes, so this prefills them);
 3. keystrokes: --keys characters typed into two copies of that file, one served in PBP
-   mode and one by plain generation (method "naive"), taking turns key by key: latency of
+   mode and one by plain generation (method "naive"), taking turns key by key (context
+   files off: each copy would quote the other, changed by every key; no debounce): latency of
    an Automatic inline completion of --tokens tokens, p50/p95, the server's overhead
    (latency minus the forward passes the server ran meanwhile), and PBP against plain
    generation as the ratio of total times and the median of paired ratios with its IQR;
@@ -289,6 +290,12 @@ async def measure(args: argparse.Namespace, model: Path) -> dict[str, Any]:
         "multiline": "always",
         "method": "bytesampler",
         "mode": "pbp",
+        # The two copies take turns key by key: with context files on, each would quote the
+        # other, which a key has just changed, so every key would prefill its window anew.
+        "contextFiles": "off",
+        # Keys are timed from didChange to the answer: no pause for typing (debounceMs
+        # "auto" waits 100 ms or more, which is not the server's work).
+        "debounceMs": 0,
     }
     figures: dict[str, Any] = {}
     try:
