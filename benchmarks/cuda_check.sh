@@ -8,9 +8,12 @@
 #   4. the language-server suites (tests/test_server_*.py) with the server on the GPU, float32
 #      and bfloat16 (tests/lsp_support.py passes MIDWORD_TEST_DEVICE/DTYPE to the server);
 #   5. benchmarks/bench_real_size.py through the language server, Qwen2.5-Coder-1.5B's shape,
-#      bfloat16.
-# STEPS picks steps by name (default: all): bench test_cuda tests server real_size; DTYPES
-# the dtypes of steps 3-4 (default: float32 bfloat16).
+#      bfloat16;
+#   6. tests/test_kvcache_growth.py's `cuda` tests (the growing KV cache on the card).
+# STEPS picks steps by name (default: all): bench test_cuda tests server real_size kvcache;
+# DTYPES the dtypes of steps 3-4 (default: float32 bfloat16). PARALLEL=1 runs the test
+# steps (2-4, 6) side by side, each with WORKERS pytest workers (the card and 16 cores
+# take them), and the timing steps (1, 5) alone, after them.
 # Packages the GPU machine lacks (pygls, lsprotocol, pytest-lsp...) travel as wheels in .whl/.
 # midword is installed without dependencies into the machine's own Python (its torch and
 # transformers); the tokenizer fixtures come from node_modules/, and MIDWORD_CACHE may
@@ -67,27 +70,43 @@ if ! "$PY" -c "import midword.engine" 2>/dev/null; then
 fi
 
 # shellcheck disable=SC2086  # BENCH_ARGS, PYTEST_K, SERVER_TESTS and REAL_SIZE_ARGS are word lists
+PYTEST=("$PY" -m pytest -p no:cacheprovider -n "$WORKERS" -rfE)
+if "$PY" -m pytest --help 2>/dev/null | grep -q -- "--timeout="; then  # a hung test must not eat the run
+    PYTEST+=(--timeout "${TEST_TIMEOUT:-90}")
+fi
+tests_on_the_card() (  # steps 2-4 and 6; -v logs per test, so a cut-off run still tells
+    # side by side, each process takes few threads (timings come from the steps after)
+    export MIDWORD_THREADS=${TEST_THREADS:-2} OMP_NUM_THREADS=${TEST_THREADS:-2}
+    if wanted test_cuda; then
+        step test_cuda 75 "${PYTEST[@]}" -q tests/test_cuda.py ${PYTEST_K:+-k "$PYTEST_K"} &
+        [ -n "${PARALLEL:-}" ] || wait
+    fi
+    if wanted kvcache; then
+        step kvcache 75 "${PYTEST[@]}" -v -m cuda tests/test_kvcache_growth.py &
+        [ -n "${PARALLEL:-}" ] || wait
+    fi
+    for dtype in ${DTYPES:-float32 bfloat16}; do
+        if wanted tests; then
+            MIDWORD_TEST_DEVICE=$DEVICE MIDWORD_TEST_DTYPE=$dtype step "tests_$dtype" \
+                "${TESTS_LIMIT:-80}" "${PYTEST[@]}" -q --dist load tests/test_backend.py \
+                tests/test_architectures.py ${PYTEST_K:+-k "$PYTEST_K"} &
+            [ -n "${PARALLEL:-}" ] || wait
+        fi
+        if wanted server; then
+            MIDWORD_TEST_DEVICE=$DEVICE MIDWORD_TEST_DTYPE=$dtype step "server_$dtype" \
+                "${SERVER_LIMIT:-120}" "${PYTEST[@]}" -v \
+                ${SERVER_TESTS:-tests/test_server_*.py} &
+            [ -n "${PARALLEL:-}" ] || wait
+        fi
+    done
+    wait
+)
+tests_on_the_card
+
 if wanted bench; then
     step bench 150 "$PY" benchmarks/bench_cuda.py --device "$DEVICE" --dtype bfloat16 \
         --json "$OUTDIR/bench.json" ${BENCH_ARGS:-}
 fi
-if wanted test_cuda; then
-    step test_cuda 75 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" tests/test_cuda.py \
-        ${PYTEST_K:+-k "$PYTEST_K"}
-fi
-for dtype in ${DTYPES:-float32 bfloat16}; do
-    export MIDWORD_TEST_DEVICE=$DEVICE MIDWORD_TEST_DTYPE=$dtype
-    if wanted tests; then
-        step "tests_$dtype" 80 "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" \
-            --dist load tests/test_backend.py tests/test_architectures.py \
-            ${PYTEST_K:+-k "$PYTEST_K"}
-    fi
-    if wanted server; then
-        step "server_$dtype" "${SERVER_LIMIT:-120}" "$PY" -m pytest -q -p no:cacheprovider \
-            -n "$WORKERS" -rfE ${SERVER_TESTS:-tests/test_server_*.py}
-    fi
-done
-unset MIDWORD_TEST_DEVICE MIDWORD_TEST_DTYPE
 if wanted real_size; then
     step real_size "${REAL_SIZE_LIMIT:-240}" "$PY" benchmarks/bench_real_size.py --shape 1.5b \
         --device "$DEVICE" --dtype bfloat16 --sampling-runs 0 --json "$OUTDIR/real_size.json" \
