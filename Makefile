@@ -102,7 +102,7 @@ bench-real-size:  ## a random model of Qwen2.5-Coder-0.5B's shape through the la
 	$(PY) benchmarks/bench_real_size.py
 
 .PHONY: cuda-check
-cuda-check:  ## on a CUDA machine: backend, architecture and CUDA tests in float32 and bfloat16, and bench_cuda's figures
+cuda-check:  ## on a CUDA machine: backend, architecture, CUDA and server tests in float32 and bfloat16, bench_cuda and bench_real_size
 	bash benchmarks/cuda_check.sh
 
 .PHONY: tree-hashes

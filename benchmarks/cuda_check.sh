@@ -11,10 +11,12 @@
 #      bfloat16;
 #   6. tests/test_kvcache_growth.py's `cuda` tests (the growing KV cache on the card).
 # STEPS picks steps by name (default: all): bench test_cuda tests server real_size kvcache;
-# DTYPES the dtypes of steps 3-4 (default: float32 bfloat16). PARALLEL=1 runs the test
+# DTYPES the dtypes of steps 3-4 (default: float32 bfloat16), BENCH_DTYPE that of 1 and 5
+# (default: bfloat16). PARALLEL=1 runs the test
 # steps (2-4, 6) side by side, each with WORKERS pytest workers (the card and 16 cores
 # take them), and the timing steps (1, 5) alone, after them.
-# Packages the GPU machine lacks (pygls, lsprotocol, pytest-lsp...) travel as wheels in .whl/.
+# Packages the GPU machine lacks (pygls, lsprotocol, pytest-lsp, watchfiles...) travel as wheels
+# in .whl/.
 # midword is installed without dependencies into the machine's own Python (its torch and
 # transformers); the tokenizer fixtures come from node_modules/, and MIDWORD_CACHE may
 # point at prebuilt tables (a cold qwen3 table build takes ~15 s).
@@ -30,6 +32,7 @@ mkdir -p "$OUTDIR"
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 WORKERS=${WORKERS:-8}
+BENCH_DTYPE=${BENCH_DTYPE:-bfloat16}
 export PYTHONUNBUFFERED=1
 export MIDWORD_GPU_TEST_DEVICE=${GPU_TEST_DEVICE:-cuda}
 
@@ -74,6 +77,14 @@ PYTEST=("$PY" -m pytest -p no:cacheprovider -n "$WORKERS" -rfE)
 if "$PY" -m pytest --help 2>/dev/null | grep -q -- "--timeout="; then  # a hung test must not eat the run
     PYTEST+=(--timeout "${TEST_TIMEOUT:-90}")
 fi
+# Three server tests read the VS Code extension's built defaults through node; a GPU
+# machine without node (or the built extension) leaves them to the CPU CI.
+NODE_ONLY=()
+if ! command -v node >/dev/null || [ ! -f extension-vscode/out/dumpDefaultOptions.js ]; then
+    NODE_ONLY=(--deselect tests/test_server_vscode_options.py::test_extension_defaults_are_the_server_defaults
+        --deselect tests/test_server_vscode_options.py::test_vscode_profile_with_extension_options
+        --deselect tests/test_server_where.py::test_the_extension_declares_the_server_defaults)
+fi
 tests_on_the_card() (  # steps 2-4 and 6; -v logs per test, so a cut-off run still tells
     # side by side, each process takes few threads (timings come from the steps after)
     export MIDWORD_THREADS=${TEST_THREADS:-2} OMP_NUM_THREADS=${TEST_THREADS:-2}
@@ -94,7 +105,7 @@ tests_on_the_card() (  # steps 2-4 and 6; -v logs per test, so a cut-off run sti
         fi
         if wanted server; then
             MIDWORD_TEST_DEVICE=$DEVICE MIDWORD_TEST_DTYPE=$dtype step "server_$dtype" \
-                "${SERVER_LIMIT:-120}" "${PYTEST[@]}" -v \
+                "${SERVER_LIMIT:-120}" "${PYTEST[@]}" -v "${NODE_ONLY[@]}" \
                 ${SERVER_TESTS:-tests/test_server_*.py} &
             [ -n "${PARALLEL:-}" ] || wait
         fi
@@ -104,11 +115,11 @@ tests_on_the_card() (  # steps 2-4 and 6; -v logs per test, so a cut-off run sti
 tests_on_the_card
 
 if wanted bench; then
-    step bench 150 "$PY" benchmarks/bench_cuda.py --device "$DEVICE" --dtype bfloat16 \
+    step bench "${BENCH_LIMIT:-150}" "$PY" benchmarks/bench_cuda.py --device "$DEVICE" --dtype "$BENCH_DTYPE" \
         --json "$OUTDIR/bench.json" ${BENCH_ARGS:-}
 fi
 if wanted real_size; then
     step real_size "${REAL_SIZE_LIMIT:-240}" "$PY" benchmarks/bench_real_size.py --shape 1.5b \
-        --device "$DEVICE" --dtype bfloat16 --sampling-runs 0 --json "$OUTDIR/real_size.json" \
+        --device "$DEVICE" --dtype "$BENCH_DTYPE" --sampling-runs 0 --json "$OUTDIR/real_size.json" \
         ${REAL_SIZE_ARGS:-}
 fi

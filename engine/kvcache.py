@@ -42,7 +42,14 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GROWTH", "ROW_BLOCK", "KVCache", "UnsupportedCacheError", "cache_argument", "prefix_run"]
+__all__ = [
+    "GROWTH",
+    "ROW_BLOCK",
+    "KVCache",
+    "UnsupportedCacheError",
+    "cache_argument",
+    "prefix_run",
+]
 
 ROW_BLOCK = 256  # capacities are multiples of this many rows: few distinct block sizes
 GROWTH = 1.5  # a full buffer is replaced by one this much larger: rare reallocations
