@@ -164,7 +164,16 @@ def logits(model: transformers.PreTrainedModel, ids: list[int]) -> torch.Tensor:
 
 
 def load_folder(folder: Path) -> transformers.PreTrainedModel:
-    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    """The converted folder in float32, with eager attention where the config soft-caps
+    attention logits, as midword loads it (sdpa cannot soft-cap, and transformers 5.17
+    picks it anyway: Gemma 2's logits were then off by 2e-5)."""
+    config = transformers.AutoConfig.from_pretrained(folder)
+    eager = (
+        {"attn_implementation": "eager"} if getattr(config, "attn_logit_softcapping", None) else {}
+    )
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, **eager
+    ).eval()
 
 
 IDS = [17, 400, 3000, 5, 99, 4095, 1, 250, 1234, 77, 8, 2048]
