@@ -118,6 +118,9 @@ async def tree_of(client: LanguageClient, uri: str) -> Any:
     return state["tree"] if isinstance(state, dict) else state.tree
 
 
+KILLED_TYPED = "mpy as np\n\nvalues = np.zer"  # typed before the engine is killed
+
+
 async def settle() -> None:
     await asyncio.sleep(0.2)  # didChange notifications reach the server before requests
 
@@ -160,12 +163,12 @@ async def test_engine_killed_mid_completion(
     client: LanguageClient, vllm: VLLMServer, shared: dict
 ) -> None:
     session, buffer = session_of(client), shared["buffer"]
-    # text never asked about, so the answer needs the engine: "import num" (the stall's)
-    # could be answered from the scores the session kept once the stalled request finished
-    buffer.type("q")
+    # The engine stops before the new text arrives, so none of it is scored and the request
+    # below must wait on the engine (an answer the session's kept scores cover, as "import
+    # num" after the stall, comes without it) ...
+    vllm.signal(signal.SIGSTOP)
+    buffer.type(KILLED_TYPED)
     await settle()
-    tree = await tree_of(client, buffer.uri)
-    vllm.signal(signal.SIGSTOP)  # the request below waits on the engine ...
     pending = asyncio.ensure_future(timed_inline(buffer))
     await asyncio.sleep(1.0)
     vllm.kill()  # ... which dies under it (SIGKILL to its process group)
@@ -174,6 +177,8 @@ async def test_engine_killed_mid_completion(
     status = await wait_status(session, lambda s: s.state == "error", timeout=5)
     assert "retrying in" in status.message
     await wait_status(session, lambda s: "unreachable" in s.message, timeout=15)
+    tree = await tree_of(client, buffer.uri)
+    assert tree and tree != shared["tree"]  # brought to the typed text, engine or not
     items, seconds = await timed_inline(buffer)
     assert items == [] and seconds < 1.0
     assert await tree_of(client, buffer.uri) == tree  # the live tree is kept
@@ -202,7 +207,7 @@ async def test_both_recover_when_the_engine_is_back(
     await wait_status(first, lambda s: s.state == "ready")
     await wait_status(second, lambda s: s.state == "ready")
     buffer = shared["buffer"]
-    buffer.backspace()  # back to the text of the first phase
+    buffer.backspace(len(KILLED_TYPED))  # back to the text of the first phase
     await settle()
     assert await tree_of(client, buffer.uri) == shared["tree"]
     items, _ = await timed_inline(buffer)
