@@ -36,7 +36,7 @@ BENCH_DTYPE=${BENCH_DTYPE:-bfloat16}
 export PYTHONUNBUFFERED=1
 export MIDWORD_GPU_TEST_DEVICE=${GPU_TEST_DEVICE:-cuda}
 
-STEPS=${STEPS:-bench test_cuda tests server real_size}
+STEPS=${STEPS:-bench test_cuda tests server real_size kvcache}
 wanted() { [[ " $STEPS " == *" $1 "* ]]; }
 
 step() {  # step NAME TIMEOUT_S COMMAND...: log to $OUTDIR/NAME.log, print its tail
