@@ -359,6 +359,11 @@ def _latency_figures(rows: list[tuple[float, float, int]]) -> dict[str, Any]:
         "overhead_ms_p50": round(1000 * percentile(overhead, 50), 1),
         "overhead_ms_p95": round(1000 * percentile(overhead, 95), 1),
         "forward_steps_mean": round(statistics.mean(r[2] for r in rows), 2),
+        # key by key, so that a p95 can be traced to its key (and its forward steps)
+        "per_key": [
+            {"ms": round(1000 * r[0], 1), "forward_ms": round(1000 * r[1], 1), "steps": r[2]}
+            for r in rows
+        ],
     }
 
 

@@ -71,6 +71,7 @@ def test_every_step_runs_and_leaves_its_figures(tmp_path: Path) -> None:
     assert bench["device"].startswith("cpu") and bench["dtype"] == "float32"
     real_size = json.loads((out / "real_size.json").read_text())
     assert real_size["device"] == "cpu" and "pbp_vs_plain" in real_size["keystrokes"]
+    assert [len(real_size["keystrokes"][m]["per_key"]) for m in ("pbp", "plain")] == [2, 2]
     assert "torch" in (out / "env.txt").read_text()
 
 
