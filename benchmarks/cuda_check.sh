@@ -77,13 +77,11 @@ PYTEST=("$PY" -m pytest -p no:cacheprovider -n "$WORKERS" -rfE)
 if "$PY" -m pytest --help 2>/dev/null | grep -q -- "--timeout="; then  # a hung test must not eat the run
     PYTEST+=(--timeout "${TEST_TIMEOUT:-90}")
 fi
-# Three server tests read the VS Code extension's built defaults through node; a GPU
-# machine without node (or the built extension) leaves them to the CPU CI.
+# Server tests marked extension_build read the VS Code extension's built defaults through
+# node; a GPU machine without node (or the built extension) leaves them to the CPU CI.
 NODE_ONLY=()
 if ! command -v node >/dev/null || [ ! -f extension-vscode/out/dumpDefaultOptions.js ]; then
-    NODE_ONLY=(--deselect tests/test_server_vscode_options.py::test_extension_defaults_are_the_server_defaults
-        --deselect tests/test_server_vscode_options.py::test_vscode_profile_with_extension_options
-        --deselect tests/test_server_where.py::test_the_extension_declares_the_server_defaults)
+    NODE_ONLY=(-m "not extension_build")
 fi
 tests_on_the_card() (  # steps 2-4 and 6; -v logs per test, so a cut-off run still tells
     # side by side, each process takes few threads (timings come from the steps after)

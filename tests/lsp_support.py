@@ -59,6 +59,11 @@ class Session:
             await asyncio.sleep(0.05)
         raise AssertionError(f"server state {self.state!r}, expected one of {states}")
 
+    def configure(self, options: dict[str, Any]) -> None:
+        """Send changed settings (workspace/didChangeConfiguration), as an editor does."""
+        params = types.DidChangeConfigurationParams(settings=options)
+        self.client.workspace_did_change_configuration(params)
+
 
 async def start(
     client: LanguageClient,

@@ -14,11 +14,9 @@ from __future__ import annotations
 import random
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_lsp
-from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from .lsp_support import CONFIG, Buffer, Session, start
@@ -128,11 +126,6 @@ async def client(lsp_client: LanguageClient, copying_model: Path):
     await lsp_client.shutdown_session()
 
 
-def configure(session: Session, options: dict[str, Any]) -> None:
-    params = types.DidChangeConfigurationParams(settings=options)
-    session.client.workspace_did_change_configuration(params)
-
-
 async def live_prefix(session: Session, uri: str) -> bytes:
     state = await session.client.protocol.send_request_async(
         "midword/inspect", {"textDocument": {"uri": uri}}
@@ -146,14 +139,14 @@ async def test_a_name_from_another_open_file_is_completed(session: Session, name
     main = Buffer(session.client, "file:///w/main.py", "")
     main.type(BUFFER + name[:5])
     try:
-        configure(session, {"contextFiles": "auto"})
+        session.configure({"contextFiles": "auto"})
         [with_context] = await main.inline()
         assert (name[:5] + with_context).startswith(name), with_context
-        configure(session, {"contextFiles": "off"})
+        session.configure({"contextFiles": "off"})
         without = await main.inline()
         assert not any((name[:5] + text).startswith(name) for text in without), without
     finally:
-        configure(session, {"contextFiles": "auto"})
+        session.configure({"contextFiles": "auto"})
         main.close()
         lib.close()
 

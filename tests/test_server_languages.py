@@ -31,11 +31,6 @@ async def client(lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
-def configure(session: Session, options: dict[str, Any]) -> None:
-    params = types.DidChangeConfigurationParams(settings=options)
-    session.client.workspace_did_change_configuration(params)
-
-
 async def model_requests(session: Session) -> int:
     """Requests the server has sent to the model so far (midword/stats)."""
     result = await session.client.protocol.send_request_async("midword/stats", {})
@@ -77,12 +72,12 @@ async def test_markdown_is_off_by_default_and_on_after_a_setting_change(session:
         assert await live_prefix(session, prose.uri) is None  # and no VCT kept for it
         assert await logged(session, "completions are off for markdown")
 
-        configure(session, {"languages": {"markdown": True}})
+        session.configure({"languages": {"markdown": True}})
         assert completes_listdir(await prose.inline())
-        configure(session, {"languages": {"markdown": True, "python": False}})
+        session.configure({"languages": {"markdown": True, "python": False}})
         assert await code.inline() == []
     finally:
-        configure(session, DEFAULTS)
+        session.configure(DEFAULTS)
         code.close()
         prose.close()
 
@@ -90,14 +85,14 @@ async def test_markdown_is_off_by_default_and_on_after_a_setting_change(session:
 async def test_a_buffer_that_becomes_disabled_loses_its_live_state(session: Session) -> None:
     prose = Buffer(session.client, "file:///w/later.md", CODE, language="markdown")
     try:
-        configure(session, {"languages": {"markdown": True}})
+        session.configure({"languages": {"markdown": True}})
         assert completes_listdir(await prose.inline())
         assert await live_prefix(session, prose.uri) is not None
-        configure(session, {"languages": {"markdown": False}})
+        session.configure({"languages": {"markdown": False}})
         assert await prose.inline() == []
         assert await live_prefix(session, prose.uri) is None
     finally:
-        configure(session, DEFAULTS)
+        session.configure(DEFAULTS)
         prose.close()
 
 
@@ -130,19 +125,19 @@ async def test_an_excluded_file_never_reaches_another_buffers_prompt(session: Se
         assert b".env" not in prefix and b"secrets.py" not in prefix
 
         # with the list turned off the same files are quoted: the patterns kept them out
-        configure(session, {"excludeFiles": []})
+        session.configure({"excludeFiles": []})
         main.type("i")
         await main.inline()
         opened = await live_prefix(session, main.uri)
         assert opened is not None and b"tok_93f1c2_live" in opened
         # and turned on again, the kept block is chosen again without them
-        configure(session, DEFAULTS)
+        session.configure(DEFAULTS)
         main.type("r")
         await main.inline()
         closed = await live_prefix(session, main.uri)
         assert closed is not None and b"tok_93f1c2_live" not in closed
     finally:
-        configure(session, DEFAULTS)
+        session.configure(DEFAULTS)
         for buf in (main, lib, secrets_module, secret):
             buf.close()
 
@@ -151,11 +146,11 @@ async def test_a_user_exclude_list_replaces_the_default(session: Session) -> Non
     env = Buffer(session.client, "file:///w/.env", CODE)
     mine = Buffer(session.client, "file:///w/vault/token.py", CODE)
     try:
-        configure(session, {"excludeFiles": ["vault/**"]})
+        session.configure({"excludeFiles": ["vault/**"]})
         assert completes_listdir(await env.inline())  # .env is no longer in the list
         assert await mine.inline() == []
     finally:
-        configure(session, DEFAULTS)
+        session.configure(DEFAULTS)
         env.close()
         mine.close()
 
@@ -176,8 +171,8 @@ async def test_bad_types_give_the_usual_option_error(
     prose = Buffer(client, "file:///w/bad.md", CODE, language="markdown")
     env = Buffer(client, "file:///w/.env", CODE)
     try:
-        configure(session, {"languages": {"markdown": True}, "excludeFiles": []})
-        configure(session, settings)
+        session.configure({"languages": {"markdown": True}, "excludeFiles": []})
+        session.configure(settings)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and len(client.messages) == shown_before:
             await asyncio.sleep(0.05)
@@ -188,6 +183,6 @@ async def test_bad_types_give_the_usual_option_error(
         blocked = prose if key == "languages" else env
         assert await blocked.inline() == []
     finally:
-        configure(session, DEFAULTS)
+        session.configure(DEFAULTS)
         prose.close()
         env.close()

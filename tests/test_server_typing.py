@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import pytest_lsp
-from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from .lsp_support import CONFIG, Buffer, Session, start
@@ -43,11 +42,6 @@ async def live_prefix(session: Session, uri: str) -> bytes:
         "midword/inspect", {"textDocument": {"uri": uri}}
     )
     return bytes.fromhex(field(state, "prefix"))
-
-
-def configure(session: Session, options: dict[str, Any]) -> None:
-    params = types.DidChangeConfigurationParams(settings=options)
-    session.client.workspace_did_change_configuration(params)
 
 
 async def test_typing_through_the_shown_completion_needs_no_model_call(session: Session) -> None:
@@ -90,7 +84,7 @@ async def test_an_edit_other_than_the_completion_forgets_it(session: Session) ->
 
 
 async def test_a_superseded_automatic_request_never_reaches_the_model(session: Session) -> None:
-    configure(session, {"debounceMs": 400})
+    session.configure({"debounceMs": 400})
     try:
         buf = Buffer(session.client, "file:///tmp/debounce.py")
         buf.type(LINE)
@@ -107,20 +101,20 @@ async def test_a_superseded_automatic_request_never_reaches_the_model(session: S
         assert after["modelRequests"] == before["modelRequests"] + 1  # the second only
         assert second and waited >= 0.35  # it waited for the pause itself
         # an invoked request (the user asked) does not wait, however long the debounce
-        configure(session, {"debounceMs": 20000})
+        session.configure({"debounceMs": 20000})
         buf.type("e")
         started = time.monotonic()
         invoked = await buf.inline(invoked=True)
         assert invoked and time.monotonic() - started < 10.0
         buf.close()
     finally:
-        configure(session, {"debounceMs": 0})
+        session.configure({"debounceMs": 0})
 
 
 async def test_edits_to_another_buffer_do_not_hold_back_a_request(session: Session) -> None:
     """The debounce waits for a pause in the asked-about document only: a tool editing
     other buffers all the time (issue 27's busy editor) must not delay or drop it."""
-    configure(session, {"debounceMs": 5000})
+    session.configure({"debounceMs": 5000})
     try:
         asked = Buffer(session.client, "file:///tmp/asked.py", LINE)  # opened, not typed in
         other = Buffer(session.client, "file:///tmp/elsewhere.py")
@@ -137,4 +131,4 @@ async def test_edits_to_another_buffer_do_not_hold_back_a_request(session: Sessi
         asked.close()
         other.close()
     finally:
-        configure(session, {"debounceMs": 0})
+        session.configure({"debounceMs": 0})

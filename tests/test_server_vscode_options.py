@@ -30,6 +30,7 @@ def extension_defaults() -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.extension_build
 def test_extension_defaults_are_the_server_defaults() -> None:
     options, problems = parse_options(extension_defaults())
     assert problems == []
@@ -45,6 +46,7 @@ async def client(lsp_client: LanguageClient):
 
 
 @ASYNC
+@pytest.mark.extension_build
 async def test_vscode_profile_with_extension_options(session: Session) -> None:
     assert not session.client.messages  # no "invalid option" warnings were shown
     buf = Buffer(session.client, "untitled:Untitled-1")

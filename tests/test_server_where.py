@@ -153,6 +153,7 @@ def test_default_options() -> None:
     assert ".env" in o.exclude_files and "*.pem" in o.exclude_files
 
 
+@pytest.mark.extension_build
 def test_the_extension_declares_the_server_defaults() -> None:
     """package.json's defaults as the extension sends them (before any merging): the
     same lists as the server's, so the status bar and the server agree out of the box."""
