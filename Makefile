@@ -26,7 +26,7 @@ test:  ## run the whole test suite (what CI runs), on 2 worker processes (tests 
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 test-exact:  ## the exactness file alone: 13 pinned + 100 random prefixes per tokenizer against brute force
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests/test_sampling.py
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests/engine/test_sampling.py
 
 ext:  ## VS Code extension: build, lint, unit tests, package (.vsix)
 	npm run ext:all

@@ -55,8 +55,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from midword.engine.hf_backend import HFModel
-    from midword.engine.kvcache import KVCache
+    from midword.engine import HFModel, KVCache
 
     from midword.testing.tiny_models import build_tiny_llama
 

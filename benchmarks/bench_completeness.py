@@ -1,6 +1,6 @@
 """Completeness fuzz, long version: stream random texts byte by byte into the VCT and
 check that the real encoding, cut after its first token past each checked cut point,
-is a path of the streamed tree (the same check as tests/test_completeness.py, which
+is a path of the streamed tree (the same check as tests/engine/test_completeness.py, which
 runs 1 MB per tokenizer). Progress goes to stderr; per tokenizer it prints the bytes
 streamed, cuts checked, mismatches and seconds.
 

@@ -41,8 +41,7 @@ TYPED = "ression_tree(node.children, depth + 1)"  # typed after the mid-word pro
 def main() -> None:
     args = parse_args()
     import torch
-    from midword.engine import Completer, Settings, load_engine
-    from midword.engine.hf_backend import HFModel, resolve_device
+    from midword.engine import Completer, HFModel, Settings, load_engine, resolve_device
 
     device = resolve_device(args.device)
     figures: dict[str, Any] = {"device": device_name(device), "dtype": args.dtype}

@@ -79,8 +79,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from midword.engine import load_engine
-    from midword.engine.hf_backend import load_hf_model
+    from midword.engine import load_engine, load_hf_model
 
     from midword.bench.charlm import Scorer
     from midword.bench.data import load_texts

@@ -517,7 +517,7 @@ async def profile(text: str, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    from midword.engine.model_files import prepare_model
+    from midword.engine import prepare_model
 
     from midword.models import default_model
 

@@ -12,7 +12,7 @@ that load (the first keystrokes of a session: nothing kept yet but the disk tabl
 pre-tokenizer states (the tables themselves, per-state runs included, stay: they are the
 engine's, loaded from disk); "every engine cache cleared" also forgets pair validity,
 completions and whole words (:meth:`Engine.clear_caches`; the whole words of heads that
-start many tokens stay, saved with the tables: engine/saved_words.py).
+start many tokens stay, saved with the tables: engine/tree/saved_words.py).
 
 The code is the Python sources of the checkout this script sits in, then the Python
 standard library's (local on every machine, nothing downloaded) until there is enough for
@@ -72,9 +72,7 @@ def _ms(seconds: list[float]) -> str:
 
 
 def bench(name: str, code: bytes, cuts: int, push_bytes: int, first_runs: int = 1) -> None:
-    from midword.engine import VCT, build_tree
-    from midword.engine.tables import engine_for
-    from midword.engine.tokenizer import load_tokenizer
+    from midword.engine import VCT, build_tree, engine_for, load_tokenizer
 
     path = tokenizer_path(name, ROOT)
     windows = _windows(code, cuts)
@@ -160,8 +158,7 @@ RUNS = [
 
 _RSS_PROBE = """
 import sys
-from midword.engine.tables import engine_for
-from midword.engine.tokenizer import load_tokenizer
+from midword.engine import engine_for, load_tokenizer
 
 def rss():
     with open("/proc/self/status") as f:
@@ -192,9 +189,7 @@ def _resident_mib(path: Path, folder: str) -> float:
 
 _FIRST_TREES_PROBE = """
 import pickle, sys, time
-from midword.engine import build_tree
-from midword.engine.tables import engine_for
-from midword.engine.tokenizer import load_tokenizer
+from midword.engine import build_tree, engine_for, load_tokenizer
 
 engine = engine_for(load_tokenizer(sys.argv[1]))
 with open(sys.argv[2], "rb") as f:

@@ -36,8 +36,7 @@ TEXTS = [
 
 def load_members(device: str, dtype: str) -> dict[str, tuple[object, object]]:
     """name -> (model, engine) for the three members."""
-    from midword.engine import load_engine
-    from midword.engine.hf_backend import HFModel, load_hf_model
+    from midword.engine import HFModel, load_engine, load_hf_model
 
     from midword.models import shipped_test_model
     from midword.testing import tokenizer_path
@@ -54,8 +53,7 @@ def load_members(device: str, dtype: str) -> dict[str, tuple[object, object]]:
 
 def configurations(members: dict) -> dict[str, Callable[[bytes, bytes], int]]:
     """label -> walk(prefix, continuation) for the singles and the ensembles."""
-    from midword.engine.ensemble import PROXY_WEIGHTS, Ensemble
-    from midword.engine.sampling import ByteSampler
+    from midword.engine import PROXY_WEIGHTS, ByteSampler, Ensemble
 
     configs: dict[str, Callable[[bytes, bytes], int]] = {}
     for k in "ABC":
@@ -102,7 +100,7 @@ def measure(configs: dict, repeats: int) -> dict[str, float]:
 def combine_cost(members: int, repeats: int = 2000) -> float:
     """Seconds per combination of ``members`` distributions (the ensemble's own work per byte)."""
     import numpy as np
-    from midword.engine.ensemble import combine_distributions
+    from midword.engine import combine_distributions
 
     rng = np.random.default_rng(0)
     dists = [np.log(rng.dirichlet(np.ones(257))) for _ in range(members)]

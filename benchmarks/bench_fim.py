@@ -24,10 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from midword.engine import load_engine, load_hf_model
-from midword.engine.fim import TEMPLATES
-from midword.engine.generate import Settings
-from midword.engine.hf_backend import HFSession
+from midword.engine import TEMPLATES, HFSession, Settings, load_engine, load_hf_model
 from midword.server.document import split_lines
 from midword.server.live import SingleModel
 from midword.server.scope import suffix_window

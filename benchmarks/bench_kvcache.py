@@ -1,7 +1,7 @@
 """Decode steps on the KV cache that grows in place against transformers' plain one.
 
 transformers' `DynamicLayer` appends by ``torch.cat`` of the whole layer: each decode
-step copies every layer's K and V. engine/kvcache.py's layers write the new rows into a
+step copies every layer's K and V. engine/model/kvcache.py's layers write the new rows into a
 buffer with spare capacity. This times decode steps (one new token, ``logits_to_keep=1``,
 inference mode) on top of 256 / 1,000 / 2,000 cached rows, both caches side by side,
 rounds interleaved (the machine is shared and noisy), on two models:
@@ -95,7 +95,7 @@ def print_table(title: str, times: dict[tuple[int, str], list[float]]) -> None:
 def models(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """(description, torch model) of each model benchmarked."""
     import torch
-    from midword.engine.hf_backend import load_hf_model
+    from midword.engine import load_hf_model
 
     found = []
     if not args.skip_qwen:
@@ -177,7 +177,7 @@ def filled_cache(model: Any, cache: str, length: int) -> Any:
     """A `KVCache` (growing or plain) holding `length` random rows in every layer, of the
     model's K/V shape, dtype and device."""
     import torch
-    from midword.engine.kvcache import KVCache
+    from midword.engine import KVCache
 
     config = model.config
     kv = KVCache(grow_in_place=cache == "growing")

@@ -107,7 +107,7 @@ def tokenizer_size(path: Path) -> int:
 def serve(argv: list[str]) -> int:
     """`midword serve`, with every forward step of the model appended to $FORWARD_LOG_ENV as
     ``start end tokens`` (time.monotonic seconds: one clock for both processes)."""
-    from midword.engine.hf_backend import HFSession
+    from midword.engine import HFSession
 
     from midword import cli
 
@@ -427,9 +427,7 @@ def sampling_figures(model: Path, text: str, runs: int, tokens: int) -> dict[str
     """Before/after of the one-row transform path, side by side in one process."""
     import numpy as np
     import torch
-    from midword.engine import Completer, Settings, load_engine
-    from midword.engine.hf_backend import load_hf_model
-    from midword.engine.sampling import Transform
+    from midword.engine import Completer, Settings, Transform, load_engine, load_hf_model
 
     wanted = os.environ.get("MIDWORD_THREADS", "")  # as many threads as the server used
     torch.set_num_threads(int(wanted) if wanted.isdigit() else max(1, (os.cpu_count() or 2) // 2))
@@ -465,7 +463,7 @@ def transform_figures(vocab: int) -> dict[str, list[float]]:
     """ms (best of 7) of one transform of a `vocab`-entry row, [matrix path (before), one-row
     path], for a flat row (a random-weight model's) and a peaked one (a trained model's)."""
     import numpy as np
-    from midword.engine.sampling import Transform
+    from midword.engine import Transform
 
     rng = np.random.default_rng(0)
     logits = {"flat": rng.normal(size=vocab), "peaked": 8 * rng.normal(size=vocab)}

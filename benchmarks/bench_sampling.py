@@ -93,9 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_subject(name: str, device: str, dtype: str) -> Subject:
     """The shipped model, or the random 16.5M llama3-vocabulary Llama."""
-    from midword.engine import load_engine
-    from midword.engine.generate import Completer
-    from midword.engine.hf_backend import HFModel, load_hf_model, resolve_device
+    from midword.engine import Completer, HFModel, load_engine, load_hf_model, resolve_device
 
     from midword.models import shipped_test_model
 
@@ -117,7 +115,7 @@ def load_subject(name: str, device: str, dtype: str) -> Subject:
 # ------------------------------------------------------------------ one run of each method
 def run_pbp(sub: Subject, prompt: bytes, n: int, seed: int) -> tuple[float, int]:
     """(seconds, tokens) of a PBP completion of n tokens from an empty cache."""
-    from midword.engine.generate import Settings
+    from midword.engine import Settings
 
     settings = Settings(max_tokens=n, temperature=1.0, seed=seed, ignore_eos=True)
     sub.completer.session.reset()
@@ -128,7 +126,7 @@ def run_pbp(sub: Subject, prompt: bytes, n: int, seed: int) -> tuple[float, int]
 
 def run_bytes(sub: Subject, prompt: bytes, nbytes: int, seed: int) -> tuple[float, int]:
     """(seconds, bytes) of a byte-mode completion of nbytes bytes from an empty cache."""
-    from midword.engine.generate import Settings
+    from midword.engine import Settings
 
     settings = Settings(mode="bytes", max_bytes=nbytes, temperature=1.0, seed=seed, ignore_eos=True)
     sub.completer.session.reset()
@@ -169,7 +167,7 @@ def cache_check(sub: Subject, prompt: bytes, nbytes: int, seed: int) -> dict[str
     """Byte-mode walk of nbytes sampled bytes (never end of text), checking the cache
     size after every step: BOS + trunk + one row per internal node below the trunk."""
     import numpy as np
-    from midword.engine.sampling import ByteSampler
+    from midword.engine import ByteSampler
 
     sampler = ByteSampler(sub.model, sub.engine, track_prefix=False)
     rng = np.random.default_rng(seed)

@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from midword.engine.hf_backend import HFSession
+from midword.engine import HFSession
 from midword.server.controller import Controller, _Asked
 from midword.server.document import Range
 from midword.server.worker import Answer

@@ -11,7 +11,7 @@ a sampled one, seeded by the key). For N = 1, 4 and 16 sessions it prints:
 * requests per completion and bytes on the wire per completion (request and response
   bodies, both ways);
 * the share of tree rows asked as chosen or top ids rather than full rows ("sparse"), and
-  short rows asked again (vLLM batches; see engine/vllm_backend.py);
+  short rows asked again (vLLM batches; see engine/remote/backend.py);
 * the server's prefix-cache hit rate over the run (``vllm:prefix_cache_hits_total`` /
   ``vllm:prefix_cache_queries_total`` from ``/metrics``), in tokens;
 * full rows per completion, and the tokens drawn after the cursor node per completion
@@ -80,9 +80,7 @@ def run_session(args: dict, index: int, start_at: float, out: multiprocessing.Qu
 
 def type_file(args: dict, index: int, start_at: float) -> SessionResult:
     """Type ``keys`` characters into file ``index``, completing after each."""
-    from midword.engine import load_engine
-    from midword.engine.generate import Settings
-    from midword.engine.vllm_backend import EngineError, connect_vllm
+    from midword.engine import EngineError, Settings, connect_vllm, load_engine
 
     engine = load_engine(args["model"])
     model = connect_vllm(args["url"], engine, model_dir=args["model"], timeout=60)

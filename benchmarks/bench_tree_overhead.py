@@ -9,7 +9,7 @@ its first token. Two ByteSampler solves are counted:
   distribution and so each step of byte mode cost). It depends only on the tokenizer,
   so it is read off the tree; a cross-check on the shipped model compares it with the
   inference tokens its session really reports on the first --check windows.
-- lazy: PBP mode's default solve (engine/lazy_pbp.py), which scores an internal node
+- lazy: PBP mode's default solve (engine/sample/lazy_pbp.py), which scores an internal node
   only when its leaf search enters it. It depends on the model, so it is measured: the
   session's inference tokens of a real one-leaf PBP completion, sampled (temperature 1,
   seed = window index) and greedy. Models: the shipped default model (trained), and for
@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from midword.engine import VCT, Engine, Tree, load_engine
-from midword.engine.generate import Completer, Settings
+from midword.engine import VCT, Completer, Engine, Settings, Tree, load_engine
 
 from midword.bench import data
 from midword.bench.overhead import make_window

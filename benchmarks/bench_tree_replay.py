@@ -7,7 +7,7 @@
 2. Inside characters: a fixed mix of code, CJK, emoji and accented text (--mixed-bytes bytes)
    pushed the same way on each of --tokenizers (llama3; qwen3 with its NFC normalizer and
    added text; deepseek_v3 with added text), trees ending inside a character timed apart
-   from the others, with the encoding-free verdicts (engine/partial_leaves.py) and with the
+   from the others, with the encoding-free verdicts (engine/tree/partial_leaves.py) and with the
    encoding path they replace (``Engine.partial_fast = False``), each on a fresh engine,
    interleaved byte by byte; the trees of both are compared.
 3. CJK prose typed as an input method commits it, a whole character per key (the
@@ -27,10 +27,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from midword.engine import VCT, load_engine
-from midword.engine.tables import engine_for
-from midword.engine.tokenizer import load_tokenizer
-from midword.engine.utf8 import split_utf8
+from midword.engine import VCT, engine_for, load_engine, load_tokenizer, split_utf8
 
 from midword.models import shipped_test_model
 from midword.testing import tokenizer_path

@@ -3,13 +3,13 @@
 # needs the card is here, in order of importance, each step with its own time limit):
 #   1. benchmarks/bench_cuda.py: a random model of Qwen2.5-Coder-1.5B's shape in bfloat16
 #      (per-keystroke latency, PBP vs plain generation, byte-mode bytes/s);
-#   2. tests/test_cuda.py (the `cuda` marker: float64 exactness, the bf16/fp16 policy);
-#   3. tests/test_backend.py + tests/test_architectures.py on the GPU, float32 and bfloat16;
-#   4. the language-server suites (tests/test_server_*.py) with the server on the GPU, float32
+#   2. tests/engine/test_cuda.py (the `cuda` marker: float64 exactness, the bf16/fp16 policy);
+#   3. tests/engine/test_backend.py + tests/engine/test_architectures.py on the GPU, float32 and bfloat16;
+#   4. the language-server suites (tests/server/test_server_*.py) with the server on the GPU, float32
 #      and bfloat16 (tests/lsp_support.py passes MIDWORD_TEST_DEVICE/DTYPE to the server);
 #   5. benchmarks/bench_real_size.py through the language server, Qwen2.5-Coder-1.5B's shape,
 #      bfloat16;
-#   6. tests/test_kvcache_growth.py's `cuda` tests (the growing KV cache on the card).
+#   6. tests/engine/test_kvcache_growth.py's `cuda` tests (the growing KV cache on the card).
 # STEPS picks steps by name (default: all): bench test_cuda tests server real_size kvcache;
 # DTYPES the dtypes of steps 3-4 (default: float32 bfloat16), BENCH_DTYPE that of 1 and 5
 # (default: bfloat16). PARALLEL=1 runs the test
@@ -24,7 +24,7 @@
 # Usage: benchmarks/cuda_check.sh [OUTDIR]
 # Try it on a CPU (tiny, a few tests):
 #   DEVICE=cpu BENCH_ARGS="--tiny --lines 100 --keys 3 --bytes 8 --runs 1" \
-#   PYTEST_K="llama" GPU_TEST_DEVICE=cpu SERVER_TESTS=tests/test_server_inline.py \
+#   PYTEST_K="llama" GPU_TEST_DEVICE=cpu SERVER_TESTS=tests/server/test_server_inline.py \
 #   REAL_SIZE_ARGS="--quick --lines 50 --keys 2 --tokens 4" benchmarks/cuda_check.sh /tmp/cc
 set -u
 OUTDIR=${1:-${OUT:-cuda-check-out}}
@@ -87,24 +87,24 @@ tests_on_the_card() (  # steps 2-4 and 6; -v logs per test, so a cut-off run sti
     # side by side, each process takes few threads (timings come from the steps after)
     export MIDWORD_THREADS=${TEST_THREADS:-2} OMP_NUM_THREADS=${TEST_THREADS:-2}
     if wanted test_cuda; then
-        step test_cuda 75 "${PYTEST[@]}" -q tests/test_cuda.py ${PYTEST_K:+-k "$PYTEST_K"} &
+        step test_cuda 75 "${PYTEST[@]}" -q tests/engine/test_cuda.py ${PYTEST_K:+-k "$PYTEST_K"} &
         [ -n "${PARALLEL:-}" ] || wait
     fi
     if wanted kvcache; then
-        step kvcache 75 "${PYTEST[@]}" -v -m cuda tests/test_kvcache_growth.py &
+        step kvcache 75 "${PYTEST[@]}" -v -m cuda tests/engine/test_kvcache_growth.py &
         [ -n "${PARALLEL:-}" ] || wait
     fi
     for dtype in ${DTYPES:-float32 bfloat16}; do
         if wanted tests; then
             MIDWORD_TEST_DEVICE=$DEVICE MIDWORD_TEST_DTYPE=$dtype step "tests_$dtype" \
-                "${TESTS_LIMIT:-80}" "${PYTEST[@]}" -q --dist load tests/test_backend.py \
-                tests/test_architectures.py ${PYTEST_K:+-k "$PYTEST_K"} &
+                "${TESTS_LIMIT:-80}" "${PYTEST[@]}" -q --dist load tests/engine/test_backend.py \
+                tests/engine/test_architectures.py ${PYTEST_K:+-k "$PYTEST_K"} &
             [ -n "${PARALLEL:-}" ] || wait
         fi
         if wanted server; then
             MIDWORD_TEST_DEVICE=$DEVICE MIDWORD_TEST_DTYPE=$dtype step "server_$dtype" \
                 "${SERVER_LIMIT:-120}" "${PYTEST[@]}" -v "${NODE_ONLY[@]}" \
-                ${SERVER_TESTS:-tests/test_server_*.py} &
+                ${SERVER_TESTS:-tests/server/test_server_*.py} &
             [ -n "${PARALLEL:-}" ] || wait
         fi
     done

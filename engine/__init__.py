@@ -2,8 +2,20 @@
 model, by the Valid Covering Tree (every canonical token sequence that covers a byte
 prefix) and the ByteSampler on top of it.
 
-The public API is the names in ``__all__``; they are imported on first use, so
-``import midword.engine`` stays cheap (no torch, no tables built). Example::
+The engine is a house of stage folders, each importing only the floors below it:
+
+- :mod:`.errors`: the public error types (ground floor);
+- :mod:`.tokenize`: byte vocabularies, pre-tokenization, BPE, tokenizer files;
+- :mod:`.tree`: the Valid Covering Tree and the per-tokenizer :class:`Engine` tables;
+- :mod:`.gguf`: GGUF files: reader, tokenizer rebuild, conversion;
+- :mod:`.model`: scoring backends and their protocols;
+- :mod:`.sample`: the ByteSampler, generation, FIM, ensembles;
+- :mod:`.remote`: scoring on a shared vLLM server.
+
+This module is the engine's one face: the server, the command line, ``midword bench``
+and the benchmarks import every engine name from here (tests may reach inside). Names
+are imported on first use, so ``import midword.engine`` stays cheap (no torch, no
+tables built). Example::
 
     from midword.engine import ByteSampler, build_tree, load_engine, load_hf_model
 
@@ -15,81 +27,79 @@ The public API is the names in ``__all__``; they are imported on first use, so
     sampler = ByteSampler(model, engine)
     sampler.push(b"def fib(n):\\n    ret")
     print(sampler.next_bytes().next[ord("u")])  # log P(next byte = "u" | prefix)
-
-Modules, from the bottom up: :mod:`.utf8` (probe continuations, UTF-8 helpers),
-:mod:`.tokenizer` / :mod:`.pretok` / :mod:`.validity` (BPE, pre-tokenizer, pair
-validity), :mod:`.leaf_tables`, :mod:`.partial_leaves` / :mod:`.canonical` (leaf
-verdicts), :mod:`.tail` (the tree's branching tail), :mod:`.tables` (the per-tokenizer
-:class:`Engine`), :mod:`.vct` (the streaming tree), then :mod:`.sampling`,
-:mod:`.generate`, :mod:`.lazy_pbp`, :mod:`.ensemble` and the model backends
-(:mod:`.backend`, :mod:`.hf_backend`).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .backend import BackendError, ScoringModel
-    from .fim import FimCompleter, FimTemplate, resolve_fim
-    from .generate import Completer, Completion, Settings
-    from .hf_backend import load_hf_model
-    from .sampling import ByteSampler
-    from .tables import Engine, load_engine
-    from .tail import TailNode
-    from .tokenizer import BPETokenizer, TokenizerError, load_tokenizer
-    from .utf8 import PrefixError, UncoverableByteError
-    from .vct import VCT, Tree, build_tree
-
-# public name -> the module (under midword.engine) that defines it
-_HOMES: dict[str, str] = {
-    "BackendError": "backend",
-    "ScoringModel": "backend",
-    "FimCompleter": "fim",
-    "FimTemplate": "fim",
-    "resolve_fim": "fim",
-    "Completer": "generate",
-    "Completion": "generate",
-    "Settings": "generate",
-    "load_hf_model": "hf_backend",
-    "ByteSampler": "sampling",
-    "Engine": "tables",
-    "load_engine": "tables",
-    "TailNode": "tail",
-    "BPETokenizer": "tokenizer",
-    "TokenizerError": "tokenizer",
-    "load_tokenizer": "tokenizer",
-    "PrefixError": "utf8",
-    "UncoverableByteError": "utf8",
-    "VCT": "vct",
-    "Tree": "vct",
-    "build_tree": "vct",
+# module (under midword.engine) -> the public names it defines; each name is written once
+_FACE: dict[str, tuple[str, ...]] = {
+    "errors": (
+        "BackendError",
+        "EngineError",
+        "EngineMismatch",
+        "EngineRefused",
+        "EngineUnavailable",
+        "FimError",
+        "ForwardStopped",
+        "GGUFError",
+        "ModelNotFoundError",
+        "PrefixError",
+        "PretokenizerError",
+        "TokenizerError",
+        "UncoverableByteError",
+        "UnsupportedCacheError",
+        "UnsupportedSentencePiece",
+    ),
+    "tokenize.bytelevel": ("BYTE_TO_CHAR",),
+    "tokenize.bpe": ("BPETokenizer", "cache_root"),
+    "tokenize.tokenizer": ("load_tokenizer",),
+    "tree.completions": ("completion_points", "utf8_length"),
+    "tree.utf8": ("split_utf8",),
+    "tree.tail": ("TailNode",),
+    "tree.tables": ("Engine", "engine_for", "load_engine"),
+    "tree.vct": ("build_tree", "Tree", "VCT"),
+    "model.backend": ("ForwardStep", "ScoringModel", "TreeScoringSession"),
+    "model.kvcache": ("KVCache",),
+    "model.context_fit": ("ContextFit", "fitted", "suffix_lines"),
+    "model.hf_backend": ("DTYPES", "HFModel", "HFSession", "load_hf_model", "resolve_device"),
+    "model.files": ("prepare_model", "stderr_progress"),
+    "sample.sampling": ("ByteSampler", "Transform"),
+    "sample.generate": (
+        "Completer",
+        "Completion",
+        "Interrupted",
+        "METHODS",
+        "MODES",
+        "Settings",
+        "SOLVES",
+    ),
+    "sample.fim": (
+        "FIM_CHOICES",
+        "FimCompleter",
+        "FimTemplate",
+        "loaded_model_config",
+        "move_sampler",
+        "PromptedModel",
+        "resolve_fim",
+        "TEMPLATES",
+    ),
+    "sample.ensemble": (
+        "check_weights",
+        "combine_distributions",
+        "COMBINES",
+        "Ensemble",
+        "PROXY_WEIGHTS",
+    ),
+    "remote.model": ("VLLMModel",),
+    "remote.backend": ("connect_vllm",),
 }
 
-__all__ = [
-    "BPETokenizer",
-    "BackendError",
-    "ByteSampler",
-    "Completer",
-    "Completion",
-    "Engine",
-    "FimCompleter",
-    "FimTemplate",
-    "PrefixError",
-    "ScoringModel",
-    "Settings",
-    "TailNode",
-    "TokenizerError",
-    "Tree",
-    "UncoverableByteError",
-    "VCT",
-    "build_tree",
-    "load_engine",
-    "load_hf_model",
-    "load_tokenizer",
-    "resolve_fim",
-]
+_HOMES: dict[str, str] = {name: module for module, names in _FACE.items() for name in names}
+
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:

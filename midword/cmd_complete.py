@@ -67,12 +67,15 @@ from midword.modelargs import (
     read_suffix,
 )
 
-COMBINES = ("mix", "product")  # engine/ensemble.py COMBINES (not imported: --help stays light)
+COMBINES = (
+    "mix",
+    "product",
+)  # engine/sample/ensemble.py COMBINES (not imported: --help stays light)
 PROXY_WEIGHTS = (1.0, 1.0, -1.0)  # base + expert - anti-expert
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from midword.engine.generate import METHODS, MODES, SOLVES
+    from midword.engine import METHODS, MODES, SOLVES
 
     add_prefix_arguments(parser)
     add_model_arguments(parser)
@@ -170,8 +173,7 @@ def add_ensemble_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from midword.engine import PrefixError
-    from midword.engine.backend import BackendError
+    from midword.engine import BackendError, PrefixError
 
     prefixes = read_prefixes(args)
     spec = ensemble_spec(args)
@@ -191,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
 
 def make_settings(args: argparse.Namespace, ensemble: bool) -> Any:
     """Settings from the options; an ensemble samples bytes, transforms at byte level."""
-    from midword.engine.generate import Settings
+    from midword.engine import Settings
 
     if ensemble:
         for name, value, allowed in (
@@ -242,9 +244,7 @@ def ensemble_spec(args: argparse.Namespace) -> tuple[list[str], list[float], str
 
 def load_ensemble(args: argparse.Namespace, dirs: list[str], weights: list, combine: str) -> Any:
     """The Ensemble (weights checked before any model loads); CommandError on failure."""
-    from midword.engine.backend import BackendError
-    from midword.engine.ensemble import Ensemble
-    from midword.engine.tokenizer import TokenizerError
+    from midword.engine import BackendError, Ensemble, TokenizerError
 
     try:
         ensemble = Ensemble.from_dirs(dirs, weights, combine, device=args.device, dtype=args.dtype)
@@ -256,7 +256,7 @@ def load_ensemble(args: argparse.Namespace, dirs: list[str], weights: list, comb
 
 
 def load_single(args: argparse.Namespace) -> Any:
-    from midword.engine.generate import Completer
+    from midword.engine import Completer
 
     model, engine = load_model_and_engine(args)
     template = fim_template(args, model, engine)
@@ -270,7 +270,7 @@ def load_single(args: argparse.Namespace) -> Any:
 
 class _Fitted:
     """``complete(prefix, settings)`` with the prompt cut to the positions the model takes
-    (engine/context_fit.py: whole lines dropped from its front; stderr says so)."""
+    (engine/model/context_fit.py: whole lines dropped from its front; stderr says so)."""
 
     def __init__(self, completer: Any, max_context: int | None) -> None:
         self.completer, self.max_context = completer, max_context
@@ -309,8 +309,7 @@ class _Middle(_Fitted):
     suffix, by a `FimCompleter` (one KV session for all the prefixes)."""
 
     def __init__(self, model: Any, engine: Any, template: Any, suffix: bytes) -> None:
-        from midword.engine.context_fit import ContextFit, suffix_lines
-        from midword.engine.fim import FimCompleter
+        from midword.engine import ContextFit, FimCompleter, suffix_lines
 
         fim = FimCompleter(model, engine, template)
         super().__init__(fim, getattr(model, "context_length", None))
@@ -329,7 +328,7 @@ class _Middle(_Fitted):
 
 def _fit(prefix: bytes, max_context: int | None, move: Any) -> tuple[bytes, int]:
     """The prompt cut to fit ``max_context`` positions, and the tokens left to generate."""
-    from midword.engine.context_fit import ContextFit, fitted
+    from midword.engine import ContextFit, fitted
 
     fit = ContextFit(max_context)
     prompt = fitted(fit, prefix, move)

@@ -71,10 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from midword.engine import PrefixError
-    from midword.engine.backend import BackendError
-    from midword.engine.fim import PromptedModel, move_sampler
-    from midword.engine.sampling import ByteSampler
+    from midword.engine import BackendError, ByteSampler, PrefixError, PromptedModel, move_sampler
 
     prefixes = read_prefixes(args)
     model, engine = load_model_and_engine(args)

@@ -112,8 +112,7 @@ def _argument_bytes(text: str) -> bytes | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from midword.engine import PrefixError, build_tree, load_engine
-    from midword.engine.tokenizer import TokenizerError
+    from midword.engine import PrefixError, TokenizerError, build_tree, load_engine
 
     prefixes = read_prefixes(args)
     try:

@@ -56,10 +56,13 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
     A GGUF file is converted first (once: later runs load the cached folder), with a
     progress bar on stderr.
     """
-    from midword.engine import load_engine
-    from midword.engine.backend import BackendError
-    from midword.engine.hf_backend import load_hf_model, resolve_device
-    from midword.engine.tokenizer import TokenizerError
+    from midword.engine import (
+        BackendError,
+        TokenizerError,
+        load_engine,
+        load_hf_model,
+        resolve_device,
+    )
 
     if args.model is None:  # no --model, and the default model is missing
         try:
@@ -94,10 +97,7 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def connect_remote(args: argparse.Namespace) -> tuple[Any, Any]:
     """(VLLMModel, Engine): the local tokenizer of --model, checked against --url's."""
-    from midword.engine import load_engine
-    from midword.engine.backend import BackendError
-    from midword.engine.tokenizer import TokenizerError
-    from midword.engine.vllm_backend import connect_vllm
+    from midword.engine import BackendError, TokenizerError, connect_vllm, load_engine
 
     if not args.url:
         raise CommandError("--engine vllm needs --url (e.g. http://127.0.0.1:8000)")
@@ -116,8 +116,7 @@ def connect_remote(args: argparse.Namespace) -> tuple[Any, Any]:
 def prepare_model_source(model: str, device: str, dtype: str) -> str:
     """The folder to load for --model (a GGUF file's cached conversion); CommandError when
     a GGUF file cannot be converted exactly."""
-    from midword.engine.gguf import GGUFError
-    from midword.engine.model_files import ModelNotFoundError, prepare_model, stderr_progress
+    from midword.engine import GGUFError, ModelNotFoundError, prepare_model, stderr_progress
 
     try:
         return prepare_model(model, device=device, dtype=dtype, progress=stderr_progress())
@@ -170,7 +169,7 @@ def fim_template(args: argparse.Namespace, model: Any, engine: Any) -> Any:
     """The FIM template to use (None: prefix-only). ``auto`` uses one only when a suffix
     is given and says on stderr when the model has none; a named template the tokenizer
     cannot spell is a CommandError."""
-    from midword.engine.fim import FimError, loaded_model_config, resolve_fim
+    from midword.engine import FimError, loaded_model_config, resolve_fim
 
     suffix = read_suffix(args)
     if args.fim == "off" or (args.fim == "auto" and suffix is None):

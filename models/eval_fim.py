@@ -139,7 +139,7 @@ def first_char(made: bytes) -> str | None:
         return None
 
 
-def greedy_char(sampler) -> str | None:  # sampler: midword.engine.sampling.ByteSampler
+def greedy_char(sampler) -> str | None:  # sampler: midword.engine.sample.sampling.ByteSampler
     """Argmax bytes of the exact next-byte distribution until a character is complete
     (None: end of text first). Leaves bytes pushed on ``sampler``."""
     made = b""
@@ -159,10 +159,10 @@ class Predictors:
     """One sampler per method over one loaded model (each keeps its own KV session)."""
 
     def __init__(self, model_dir: Path, device: str) -> None:
-        from midword.engine.fim import TEMPLATES, PromptedModel
-        from midword.engine.hf_backend import load_hf_model
-        from midword.engine.sampling import ByteSampler
-        from midword.engine.tables import load_engine
+        from midword.engine.model.hf_backend import load_hf_model
+        from midword.engine.sample.fim import TEMPLATES, PromptedModel
+        from midword.engine.sample.sampling import ByteSampler
+        from midword.engine.tree.tables import load_engine
 
         self.model = load_hf_model(model_dir, device=device, dtype="float32")
         self.engine = load_engine(str(model_dir))
@@ -174,7 +174,7 @@ class Predictors:
         }
 
     def predict(self, method: str, sample: Sample) -> str | None:
-        from midword.engine.fim import move_sampler
+        from midword.engine.sample.fim import move_sampler
 
         prefix, suffix = sample.prefix.encode("utf-8"), sample.suffix.encode("utf-8")
         if method == "spm-naive":
@@ -189,7 +189,7 @@ class Predictors:
     def middle_nats(self, method: str, sample: Sample) -> float:
         """-log P(the middle's bytes | what the method sees), exactly (the covering tree's
         prefix probability after the middle minus the one before it)."""
-        from midword.engine.fim import move_sampler
+        from midword.engine.sample.fim import move_sampler
 
         prefix, suffix = sample.prefix.encode("utf-8"), sample.suffix.encode("utf-8")
         middle = sample.middle.encode("utf-8")

@@ -75,7 +75,7 @@ def default_log_path() -> Path:
     named = os.environ.get(LOG_ENV)
     if named:
         return Path(named).expanduser()
-    from midword.engine.tokenizer import cache_root
+    from midword.engine import cache_root
 
     return cache_root() / LOG_NAME
 

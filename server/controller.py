@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from midword.engine.generate import Settings
+    from midword.engine import Settings
 
 from .context_files import ContextFiles
 from .debounce import DocumentTyping
@@ -250,7 +250,7 @@ class Controller:
             log.debug("%s: stale before it reached the model", request_id)
             return Answer(reason="superseded")
         job = self._job_for(asked, scope, items, request_id)
-        from midword.engine.generate import Interrupted  # loaded with the model by now
+        from midword.engine import Interrupted  # loaded with the model by now
 
         job.waiters += 1
         try:
@@ -338,7 +338,7 @@ class Controller:
         return kept[2]
 
     def _make_settings(self, items: int) -> list[Settings]:
-        from midword.engine.generate import Settings
+        from midword.engine import Settings
 
         o = self.options
         first = Settings(

@@ -32,9 +32,7 @@ from .live import CutFn, SingleDocument, StopFn
 from .options import ServerOptions
 
 if TYPE_CHECKING:
-    from midword.engine import Engine
-    from midword.engine.generate import Completion, Settings
-    from midword.engine.vllm_backend import VLLMModel
+    from midword.engine import Completion, Engine, Settings, VLLMModel
 
 __all__ = ["RemoteDocument", "RemoteModels", "load_remote"]
 
@@ -63,12 +61,15 @@ def load_remote(options: ServerOptions, name: str, on_progress: ProgressFn) -> R
     """The tokenizer of ``name`` (a local model folder or GGUF file) and a connection to
     ``options.engine_url``; an engine that is down is retried in the background, a wrong
     model or tokenizer fails the load (BackendError)."""
-    from midword.engine import build_tree
-    from midword.engine.backend import BackendError
-    from midword.engine.model_files import prepare_model
-    from midword.engine.tables import engine_for
-    from midword.engine.tokenizer import load_tokenizer
-    from midword.engine.vllm_backend import EngineError, EngineMismatch
+    from midword.engine import (
+        BackendError,
+        EngineError,
+        EngineMismatch,
+        build_tree,
+        engine_for,
+        load_tokenizer,
+        prepare_model,
+    )
 
     if options.ensemble:
         raise BackendError("an ensemble runs in process: set engine to local")
@@ -121,7 +122,7 @@ class RemoteModels:
     # ------------------------------------------------------------------ connection
     def connect(self) -> None:
         """Connect (or connect again) and check model, tokenizer and vocabulary."""
-        from midword.engine.vllm_backend import EngineMismatch, connect_vllm
+        from midword.engine import EngineMismatch, connect_vllm
 
         fresh = connect_vllm(
             self.options.engine_url,
@@ -145,7 +146,7 @@ class RemoteModels:
         old.close()
 
     def model_or_raise(self) -> VLLMModel:
-        from midword.engine.vllm_backend import EngineUnavailable
+        from midword.engine import EngineUnavailable
 
         if self.model is None:
             raise EngineUnavailable(self._state[1])
@@ -154,7 +155,7 @@ class RemoteModels:
     def failed(self, exc: Exception) -> None:
         """An engine request failed: say so, and retry in the background (not for a
         mismatch, which needs new settings)."""
-        from midword.engine.vllm_backend import EngineMismatch
+        from midword.engine import EngineMismatch
 
         log.warning("engine: %s", exc)
         if isinstance(exc, EngineMismatch):
@@ -175,8 +176,7 @@ class RemoteModels:
             self.model.close()
 
     def _retry(self, problem: str) -> None:
-        from midword.engine.backend import BackendError
-        from midword.engine.vllm_backend import EngineMismatch
+        from midword.engine import BackendError, EngineMismatch
 
         delay = BACKOFF_FIRST_S
         while not self._closed.wait(delay):
@@ -223,7 +223,7 @@ class RemoteDocument:
         return self._live
 
     def sync(self, prefix: bytes, should_stop: StopFn = None) -> None:
-        from midword.engine.vllm_backend import EngineError
+        from midword.engine import EngineError
 
         try:
             self._document().sync(prefix, should_stop)
@@ -234,7 +234,7 @@ class RemoteDocument:
         """Move the live tree to ``prefix`` (nothing is scored yet); an engine failure is
         kept for `complete` to raise (the worker reports a completion's BackendError as the
         answer's reason)."""
-        from midword.engine.vllm_backend import EngineError
+        from midword.engine import EngineError
 
         self._error = None
         try:
@@ -249,7 +249,7 @@ class RemoteDocument:
     def complete(
         self, prefix: bytes, settings: Settings, should_stop: StopFn, cut: CutFn, deadline: float
     ) -> Completion:
-        from midword.engine.vllm_backend import EngineError
+        from midword.engine import EngineError
 
         if self._error is not None:
             raise self._error

@@ -23,10 +23,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
-    from midword.engine import Engine
-    from midword.engine.ensemble import Ensemble
-    from midword.engine.fim import FimCompleter, FimTemplate
-    from midword.engine.generate import Completer, Completion, Settings
+    from midword.engine import (
+        Completer,
+        Completion,
+        Engine,
+        Ensemble,
+        FimCompleter,
+        FimTemplate,
+        Settings,
+    )
 
 __all__ = ["Backend", "EnsembleModels", "FimDocument", "LiveDocument", "SingleModel"]
 
@@ -119,8 +124,7 @@ def prefill(session: Any, trunk: Sequence[int], should_stop: StopFn) -> None:
     """
     if should_stop is None or not hasattr(session, "cached_trunk_len"):
         return
-    from midword.engine.backend import ForwardStopped
-    from midword.engine.generate import Interrupted
+    from midword.engine import ForwardStopped, Interrupted
 
     chunks = range(session.cached_trunk_len(trunk) + PREFILL_CHUNK, len(trunk), PREFILL_CHUNK)
     try:
@@ -152,7 +156,7 @@ class SingleDocument:
     its prompt kept within the model's positions (`ContextFit`)."""
 
     def __init__(self, completer: Completer, max_context: int | None = None) -> None:
-        from midword.engine.context_fit import ContextFit
+        from midword.engine import ContextFit
 
         self.completer = completer
         self.cover = _Coverage(completer.sampler.vct.engine.missing_bytes)
@@ -164,7 +168,7 @@ class SingleDocument:
 
     def _move(self, prefix: bytes) -> bytes:
         """Move the live VCT to ``prefix``, cut to fit the model; returns the prompt."""
-        from midword.engine.context_fit import fitted
+        from midword.engine import fitted
 
         def build(prompt: bytes) -> int:
             self.completer.sampler.reset(prompt)
@@ -213,7 +217,7 @@ class FimDocument:
     prefix, which every keystroke evaluates again."""
 
     def __init__(self, completer: FimCompleter, max_context: int | None = None) -> None:
-        from midword.engine.context_fit import ContextFit
+        from midword.engine import ContextFit
 
         self.fim = completer
         self.suffix = b""
@@ -234,7 +238,7 @@ class FimDocument:
 
     def _prompt(self, prefix: bytes) -> bytes:
         """Move the live VCT to ``prefix`` cut to fit the model; returns the prefix used."""
-        from midword.engine.context_fit import fitted
+        from midword.engine import fitted
 
         moved = self._moved
         if (
@@ -260,7 +264,7 @@ class FimDocument:
     def kept_suffix(self) -> bytes:
         """The suffix's first lines that fit a third of the room (`suffix_lines`), counted
         once per suffix: typing leaves the suffix, and so this, unchanged."""
-        from midword.engine.context_fit import suffix_lines
+        from midword.engine import suffix_lines
 
         if self._kept[0] != self.suffix:
             kept = suffix_lines(self.fit, self.suffix, self.fim.token_count)
@@ -327,10 +331,10 @@ class SingleModel:
         return self.fim.name if self.fim is not None else "off"
 
     def document(self) -> SingleDocument | FimDocument:
-        from midword.engine.generate import Completer
+        from midword.engine import Completer
 
         if self.fim is not None:
-            from midword.engine.fim import FimCompleter
+            from midword.engine import FimCompleter
 
             completer = FimCompleter(self.model, self.engine, self.fim)
             return FimDocument(completer, self.max_context)
@@ -349,7 +353,7 @@ class EnsembleDocument:
     """
 
     def __init__(self, ensemble: Ensemble, max_context: int | None = None) -> None:
-        from midword.engine.context_fit import ContextFit
+        from midword.engine import ContextFit
 
         self.ensemble = ensemble
         missing = [m.sampler.vct.engine.missing_bytes for m in ensemble.members]
@@ -358,7 +362,7 @@ class EnsembleDocument:
 
     def _move(self, prefix: bytes) -> bytes:
         """Move every member's VCT to ``prefix``, cut to fit them all; returns the prompt."""
-        from midword.engine.context_fit import fitted
+        from midword.engine import fitted
 
         def build(prompt: bytes) -> int:
             self.ensemble.reset(prompt)
@@ -413,13 +417,13 @@ class EnsembleModels:
     def __init__(
         self, members: Sequence[tuple[Any, Engine]], weights: Sequence[float], combine: str
     ) -> None:
-        from midword.engine.ensemble import check_weights
+        from midword.engine import check_weights
 
         self.members, self.combine = list(members), combine
         self.weights = check_weights(weights, len(self.members), combine)
 
     def document(self) -> EnsembleDocument:
-        from midword.engine.ensemble import Ensemble
+        from midword.engine import Ensemble
 
         ensemble = Ensemble(self.members, self.weights, self.combine)
         return EnsembleDocument(ensemble, ensemble.context_length)

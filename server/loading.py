@@ -58,11 +58,11 @@ def usable_device(options: ServerOptions) -> tuple[ServerOptions, str]:
     A missing device is a `BackendError` (what was asked, what there is, how to get it),
     unless ``device_fallback`` allows serving on the best device there is instead.
     """
-    from midword.engine.backend import BackendError
+    from midword.engine import BackendError
 
     if options.engine != "local":
         return options, ""  # the engine runs the model: no torch device here
-    from midword.engine.hf_backend import resolve_device
+    from midword.engine import resolve_device
 
     try:
         resolve_device(options.device)
@@ -85,7 +85,7 @@ def load_backend(options: ServerOptions, names: list[str], on_progress: Progress
     if not options.ensemble:
         model, engine = _load_parts(options, names[0], 0, 1, on_progress)
         return SingleModel(model, engine, fim_template(options.fim, model, engine))
-    from midword.engine.ensemble import check_weights
+    from midword.engine import check_weights
 
     weights = options.ensemble_weights or (1.0,) * len(names)
     check_weights(weights, len(names), options.ensemble_combine)  # before anything loads
@@ -98,7 +98,7 @@ def load_backend(options: ServerOptions, names: list[str], on_progress: Progress
 def fim_template(setting: str, model: Any, engine: Engine) -> Any:
     """The FIM template for the ``fim`` option (None: prefix-only). A template the
     tokenizer cannot spell is logged, and completions stay prefix-only."""
-    from midword.engine.fim import FimError, loaded_model_config, resolve_fim
+    from midword.engine import FimError, loaded_model_config, resolve_fim
 
     try:
         template = resolve_fim(setting, engine.tok, loaded_model_config(model))
@@ -113,12 +113,15 @@ def _load_parts(
     options: ServerOptions, name: str, k: int, n: int, on_progress: ProgressFn
 ) -> tuple[Any, Engine]:
     """Model ``k`` of ``n``: its tokenizer, covering-tree tables and weights."""
-    from midword.engine.backend import BackendError
-    from midword.engine.generate import Completer, Settings
-    from midword.engine.hf_backend import load_hf_model
-    from midword.engine.model_files import prepare_model
-    from midword.engine.tables import engine_for
-    from midword.engine.tokenizer import load_tokenizer
+    from midword.engine import (
+        BackendError,
+        Completer,
+        Settings,
+        engine_for,
+        load_hf_model,
+        load_tokenizer,
+        prepare_model,
+    )
 
     def progress(message: str, percent: int) -> None:
         which = f" ({k + 1}/{n}: {short_name(name)})" if n > 1 else ""

@@ -27,10 +27,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 # the engine's choices, where it defines them (this imports numpy, not torch)
-from midword.engine.ensemble import COMBINES
-from midword.engine.fim import FIM_CHOICES
-from midword.engine.generate import METHODS, MODES
-from midword.engine.hf_backend import DTYPES
+from midword.engine import COMBINES, DTYPES, FIM_CHOICES, METHODS, MODES
 
 from .where import DEFAULT_EXCLUDE_FILES, DEFAULT_LANGUAGES
 
@@ -68,7 +65,7 @@ class ServerOptions:
     # the device asked for is missing: serve on the best one there is (said in the status)
     device_fallback: bool = True
     dtype: str = "auto"
-    # a byte-level ensemble of these model folders instead of ``model`` (engine/ensemble.py)
+    # a byte-level ensemble of these model folders instead of ``model`` (engine/sample/ensemble.py)
     ensemble: tuple[str, ...] = ()
     ensemble_weights: tuple[float, ...] = ()  # () = equal weights
     ensemble_combine: str = "mix"

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
-    from midword.engine.generate import Settings
+    from midword.engine import Settings
 
 from .live import Backend, LiveDocument
 from .loading import default_model_dir, load_backend, model_names, short_name, usable_device
@@ -254,8 +254,7 @@ class ModelHost:
         suffix: bytes = b"",
         force: bool = False,
     ) -> None:
-        from midword.engine import PrefixError
-        from midword.engine.generate import Interrupted
+        from midword.engine import Interrupted, PrefixError
 
         if not self.ready:
             return
@@ -346,8 +345,7 @@ class ModelHost:
         return self._worker.request(request.uri, self._complete, request)
 
     def _complete(self, req: Request) -> Answer:
-        from midword.engine import PrefixError
-        from midword.engine.generate import Interrupted
+        from midword.engine import Interrupted, PrefixError
 
         if not self.ready:
             return Answer(reason=self.status.message)
@@ -389,8 +387,7 @@ class ModelHost:
         stop: Callable[[], bool],
         cut: Callable[[str], int | None],
     ) -> None:
-        from midword.engine import PrefixError
-        from midword.engine.backend import BackendError
+        from midword.engine import BackendError, PrefixError
 
         for settings in req.settings:
             if len(answer.texts) >= req.max_items or time.perf_counter() >= deadline:

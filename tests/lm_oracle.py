@@ -7,7 +7,7 @@ Shares nothing with the engine's scoring code: no tree, no KV cache, no tree mas
 from __future__ import annotations
 
 import numpy as np
-from midword.engine.tokenizer import BPETokenizer
+from midword.engine.tokenize.tokenizer import BPETokenizer
 from tokenizers import Tokenizer
 
 from .oracle import brute_force_tree

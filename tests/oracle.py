@@ -14,8 +14,8 @@ import codecs
 import random
 
 from midword.engine import build_tree
-from midword.engine.tokenizer import BPETokenizer
-from midword.engine.utf8 import PROBES
+from midword.engine.tokenize.tokenizer import BPETokenizer
+from midword.engine.tree.utf8 import PROBES
 from tokenizers import Tokenizer
 
 from midword.testing.chars import char_completions

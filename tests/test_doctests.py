@@ -48,7 +48,7 @@ SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if ">>>" in p.read_text(enco
 
 def test_the_walk_finds_the_three_layers() -> None:
     """The walk is what decides which examples run: it must reach every layer."""
-    for expected in ("midword.cli", "midword.engine.backend", "midword.server.scope"):
+    for expected in ("midword.cli", "midword.engine.model.backend", "midword.server.scope"):
         assert expected in MODULES
 
 

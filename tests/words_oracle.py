@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from midword.engine.tables import Engine
-from midword.engine.utf8 import PROBE_ENDINGS
+from midword.engine.tree.tables import Engine
+from midword.engine.tree.utf8 import PROBE_ENDINGS
 
 
 def plain_whole_words(engine: Engine, head: bytes) -> dict[int, set[bytes]]:

@@ -28,7 +28,7 @@ export const MODES = ['pbp', 'bytes'] as const;
 export const ENSEMBLE_COMBINE = ['mix', 'product'] as const;
 export const MULTILINE = ['auto', 'always', 'never'] as const;
 export const LOG_LEVELS = ['error', 'warning', 'info', 'debug'] as const;
-/** Fill-in-the-middle templates (the server's engine/fim.py TEMPLATES), plus auto and off. */
+/** Fill-in-the-middle templates (the server's engine/sample/fim.py TEMPLATES), plus auto and off. */
 export const FIM_CHOICES = [
   'auto',
   'off',

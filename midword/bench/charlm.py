@@ -150,7 +150,7 @@ class Scorer:
     `CountingSession`), so the prefix is evaluated once per sample."""
 
     def __init__(self, model: Any, engine: Any) -> None:
-        from midword.engine.generate import Completer
+        from midword.engine import Completer
 
         self.engine = engine
         self.tok = engine.tok
@@ -189,7 +189,7 @@ class Scorer:
 
     def healing(self, sample: dict, k: int) -> dict:
         """Back off ``k`` tokens; the removed bytes constrain greedy decoding (the rule of
-        engine/generate.py), stopping as soon as the first new character is known."""
+        engine/sample/generate.py), stopping as soon as the first new character is known."""
         prefix = sample["prefix"].encode("utf-8")
         ids = self.tok.encode(sample["prefix"])
         base = ids[: max(0, len(ids) - k)]

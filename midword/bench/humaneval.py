@@ -391,7 +391,7 @@ class _Generate:
     rows through a `FimCompleter` with the resolved template (None: the model has none)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from midword.engine.generate import Completer
+        from midword.engine import Completer
 
         self.args = args
         model, engine = common.load_model(args)
@@ -399,12 +399,12 @@ class _Generate:
         self.fim_template = _resolve_template(args, model, engine)
         self.fim_completer = None
         if self.fim_template is not None:
-            from midword.engine.fim import FimCompleter
+            from midword.engine import FimCompleter
 
             self.fim_completer = FimCompleter(model, engine, self.fim_template)
 
     def __call__(self, problem: dict[str, Any], config: Config, seed: int) -> Any:
-        from midword.engine.generate import Settings
+        from midword.engine import Settings
 
         settings = Settings(
             max_tokens=self.args.max_tokens, seed=seed, stop=STOP, **config.settings_kwargs()
@@ -420,7 +420,7 @@ def _resolve_template(args: argparse.Namespace, model: Any, engine: Any) -> Any:
     """The FIM template for the infill task's FIM rows, or None (said on stderr)."""
     import sys
 
-    from midword.engine.fim import FimError, loaded_model_config, resolve_fim
+    from midword.engine import FimError, loaded_model_config, resolve_fim
 
     try:
         template = resolve_fim(args.fim, engine.tok, loaded_model_config(model))

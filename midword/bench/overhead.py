@@ -80,8 +80,7 @@ class Runner:
     """The model-side work of this benchmark."""
 
     def __init__(self, model: Any, engine: Any) -> None:
-        from midword.engine.generate import Completer
-        from midword.engine.sampling import ByteSampler
+        from midword.engine import ByteSampler, Completer
 
         self.tok = engine.tok
         self.sampler = ByteSampler(model, engine, track_prefix=False)
@@ -111,7 +110,7 @@ class Runner:
 
     def lazy_solve(self, text: str, seed: int) -> int:
         """Inference tokens of PBP mode's lazy solve of ``text`` (one leaf, empty cache)."""
-        from midword.engine.generate import Settings
+        from midword.engine import Settings
 
         session = self.completer.session
         session.reset()
@@ -121,7 +120,7 @@ class Runner:
         return int(session.inference_tokens) - before
 
     def wall(self, method: str, prompt: bytes, tokens: int, nbytes: int, seed: int) -> dict:
-        from midword.engine.generate import Settings
+        from midword.engine import Settings
 
         if method == "bytes":
             s = Settings(

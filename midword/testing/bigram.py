@@ -1,7 +1,7 @@
 """A token bigram language model counted from text: a cheap, real stand-in for a trained
 model on any tokenizer (benchmarks only).
 
-The lazy PBP solve (engine/lazy_pbp.py) scores the covering tree's internal nodes only
+The lazy PBP solve (engine/sample/lazy_pbp.py) scores the covering tree's internal nodes only
 where the model's mass goes, so its inference-token count depends on the model. A
 random-weight model spreads its mass over the whole vocabulary and says little about
 that; training a transformer for each 128k-200k vocabulary is out of reach here. A
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from midword.engine.backend import ForwardStep, TreeScoringSession
+from midword.engine import ForwardStep, TreeScoringSession
 
 __all__ = ["BigramModel", "BigramSession"]
 

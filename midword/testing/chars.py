@@ -16,7 +16,7 @@ from __future__ import annotations
 import unicodedata
 from functools import lru_cache
 
-from midword.engine.completions import completion_points, utf8_length
+from midword.engine import completion_points, utf8_length
 
 SAMPLE_ABOVE = 64  # more completions than this are sampled when three bytes are missing
 

@@ -1,5 +1,5 @@
 """Completeness fuzz of the streamed Valid Covering Tree, shared by
-``tests/test_completeness.py`` (1 MB per tokenizer) and
+``tests/engine/test_completeness.py`` (1 MB per tokenizer) and
 ``benchmarks/bench_completeness.py`` (10 MB and more). Imports no test framework.
 
 For a random text X and a cut point k, the canonical encoding of X (the real
@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
-from midword.engine import VCT, Engine, Tree, load_engine
-from midword.engine.tokenizer import BPETokenizer
+from midword.engine import VCT, BPETokenizer, Engine, Tree, load_engine
 
 from .chars import char_completions
 from .corpus import CORPUS

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from midword.engine.bytelevel import BYTE_TO_CHAR
+from midword.engine import BYTE_TO_CHAR
 
 __all__ = ["HOLDING_MISSING", "MISSING", "derive_tokenizer", "with_special_tokens"]
 
@@ -41,7 +41,7 @@ def derive_tokenizer(source: Path, missing: tuple[int, ...], extra: list[str], o
 def with_special_tokens(source: Path, tokens: tuple[str, ...], out: Path) -> Path:
     """``source`` (a tokenizer.json) with exactly ``tokens`` as its special tokens besides
     its first (the end of text), added after its vocabulary: fill-in-the-middle sentinels
-    for tests (``engine/fim.py`` finds them). Special tokens ``source`` has already (the
+    for tests (``engine/sample/fim.py`` finds them). Special tokens ``source`` has already (the
     shipped model's FIM sentinels) are dropped first and the ids renumbered, so tests see
     the same tokens whatever the source carries."""
     spec = json.loads(source.read_text())

@@ -45,7 +45,7 @@ __all__ = [
 EpochDocs = Callable[[int], Sequence[Sequence[int]]]  # epoch number -> its documents' ids
 
 
-# config.json's "fim_template": the name of the SPM layout in midword.engine.fim.TEMPLATES,
+# config.json's "fim_template": the name of the SPM layout in midword.engine.sample.fim.TEMPLATES,
 # so that `fim: auto` picks SPM (the covering tree applies at the cursor) over Qwen's PSM.
 FIM_TEMPLATE_NAME = "qwen-spm"
 Piece = int | str  # a special token id, or text that is tokenized on its own

@@ -1,7 +1,7 @@
 -- Drives `midword serve` from headless Neovim through the documented config
 -- (tests/nvim/midword.lua): types into a buffer, so that Neovim sends real
 -- incremental didChange, then asks for a completion list and an inline completion
--- mid-identifier, and prints one JSON line for tests/test_nvim.py.
+-- mid-identifier, and prints one JSON line for tests/editors/test_nvim.py.
 --
 -- nvim --headless -u NONE -i NONE -n -c "luafile tests/nvim/client.lua"
 -- Environment: MIDWORD_ROOT (repository), MIDWORD_PYTHON (interpreter).

@@ -16,7 +16,7 @@
 -- completion items (<C-x><C-o> with omnifunc, or any completion plugin): the first
 -- item completes the identifier under the cursor, the second the rest of the line.
 -- `require("midword").status()` gives the model state ("loading", "ready", "error")
--- for a status line. tests/test_nvim.py runs this file as it is.
+-- for a status line. tests/editors/test_nvim.py runs this file as it is.
 
 local M = {}
 

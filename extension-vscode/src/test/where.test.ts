@@ -12,7 +12,7 @@ interface SharedCases {
   languages: { languageId: string; languages: Record<string, boolean>; expect: boolean }[];
 }
 
-/** The cases the server's tests answer too (tests/test_server_where.py): both sides must agree. */
+/** The cases the server's tests answer too (tests/server/test_server_where.py): both sides must agree. */
 const CASES = JSON.parse(
   fs.readFileSync(path.join(EXTENSION_ROOT, 'src', 'test', 'fixtures', 'where-cases.json'), 'utf8'),
 ) as SharedCases;

@@ -1,0 +1,615 @@
+"""ByteSampler operations on a scored Valid Covering Tree (paper section 3.2, appendix F).
+
+Everything here is exact with respect to the tree: the probability that the
+model's text starts with the prefix ``x`` is
+
+    P(x) = P(trunk) * ( sum of P(path + leaf) over leaves that reach past x
+                      + sum of P(path) over nodes that end exactly at x )
+
+and the next-byte distribution is ``P(x b) / P(x)`` for every byte ``b``, plus
+``eos``: the text is exactly ``x`` and the model emits a special (stop) token
+after the canonical encoding of ``x``. These conditionals are *exact*, so the
+chain rule ``log P(x) + log P(b | x) == log P(x b)`` holds to rounding; they may
+sum to a little less than one, the rest being the mass the model puts on
+non-canonical continuations (a token pair BPE would never produce). Samplers
+renormalize over what is left.
+
+Example (a fake model, so the numbers are arbitrary but deterministic):
+
+>>> from midword.engine.model.backend import FakeModel                     # doctest: +SKIP
+>>> engine = load_engine("models/default")                           # doctest: +SKIP
+>>> sampler = ByteSampler(FakeModel(engine.tok.size), engine)         # doctest: +SKIP
+>>> sampler.reset(b"def f")                                           # doctest: +SKIP
+>>> dist = sampler.next_bytes()                                       # doctest: +SKIP
+>>> round(float(np.exp(dist.next[ord("(")] )), 3)                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import BackendError
+from ..model.backend import ScoringModel, ScoringSession, TreeScoringSession
+from ..tree.tables import Engine
+from ..tree.vct import VCT, Tree
+
+__all__ = [
+    "ByteSampler",
+    "LeafSet",
+    "NextBytes",
+    "Transform",
+    "logsumexp",
+    "session_rows",
+    "start_token",
+]
+
+NEG_INF = float("-inf")
+Rows = Sequence[np.ndarray] | np.ndarray  # per node: float64 [V] log-probs (read only)
+TRUNK_CHUNK = 64  # trunk tokens scored per call when the prefix probability is tracked
+
+
+def logsumexp(values: np.ndarray) -> float:
+    """log(sum(exp(values))) that is -inf for an empty or all -inf input.
+
+    >>> logsumexp(np.log(np.array([0.25, 0.25])))
+    -0.6931471805599453
+    """
+    if values.size == 0:
+        return NEG_INF
+    top = float(values.max())
+    if top == NEG_INF:
+        return NEG_INF
+    shifted = values - top
+    # exp in place: one vocabulary-size temporary per call instead of two (called per key)
+    return top + float(np.log(np.exp(shifted, out=shifted).sum()))
+
+
+@dataclass(frozen=True)
+class Transform:
+    """Sampling transform of a distribution: temperature (0 = greedy), top-k, top-p.
+
+    >>> Transform().is_identity
+    True
+    >>> Transform(temperature=0).is_greedy
+    True
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def is_identity(self) -> bool:
+        return self.temperature == 1 and self.top_k == 0 and self.top_p == 1
+
+    def apply(self, logp: np.ndarray) -> np.ndarray:
+        """Transformed log-probs over the last axis, renormalized (greedy: one-hot argmax).
+
+        >>> Transform(top_k=1).apply(np.log(np.array([0.2, 0.8]))).tolist()
+        [-inf, 0.0]
+        """
+        if self.is_identity:
+            return logp
+        if np.ndim(logp) == 1 and not self.is_greedy:
+            return self._apply_row(np.asarray(logp))
+        out = np.array(logp, dtype=np.float64)
+        if self.is_greedy:
+            best = np.argmax(out, axis=-1)
+            out = np.full_like(out, NEG_INF)
+            np.put_along_axis(out, best[..., None], 0.0, axis=-1)
+            return out
+        out = out / self.temperature
+        if self.top_k and self.top_k < out.shape[-1]:
+            kth = np.partition(out, -self.top_k, axis=-1)[..., -self.top_k, None]
+            out = np.where(out >= kth, out, NEG_INF)
+        out = _normalize(out)
+        if self.top_p < 1:
+            order = np.argsort(-out, axis=-1)
+            sorted_p = np.exp(np.take_along_axis(out, order, axis=-1))
+            before = np.cumsum(sorted_p, axis=-1) - sorted_p  # mass strictly above each entry
+            drop_sorted = before >= self.top_p
+            drop = np.zeros_like(drop_sorted)
+            np.put_along_axis(drop, order, drop_sorted, axis=-1)
+            out = _normalize(np.where(drop, NEG_INF, out))
+        return out
+
+    def _apply_row(self, logp: np.ndarray) -> np.ndarray:
+        """`apply` on one row (what each generated token asks), the same numbers with fewer
+        vocabulary-sized passes: the temperature divides into a fresh array that is then
+        normalized in place, and top-p sorts only the likeliest entries (`_top_p_keep`)
+        where the row's ``argsort`` over a 152k vocabulary took longer than a model step."""
+        out = np.divide(logp, self.temperature, dtype=np.float64)  # a fresh array
+        n = out.shape[-1]
+        if self.top_k and self.top_k < n:
+            kth = np.partition(out, -self.top_k)[-self.top_k]
+            out[out < kth] = NEG_INF
+        out = _normalize_row(out)
+        if self.top_p < 1:
+            keep = _top_p_keep(out, self.top_p)
+            kept = np.full_like(out, NEG_INF)
+            kept[keep] = out[keep]
+            out = _normalize_row(kept)
+        return out
+
+
+# top-p on one row sorts this many likeliest entries first (more while they hold too little)
+TOP_P_FIRST = 1024
+# ... and trusts the partial sort once the last sorted entry is dropped by this margin:
+# entries after it have at least that much mass above them, give or take a few ulps
+TOP_P_MARGIN = 1e-9
+
+
+def _top_p_keep(logp: np.ndarray, top_p: float) -> np.ndarray:
+    """Indices of the entries top-p keeps (each with less than ``top_p`` of the mass strictly
+    before it in descending order) of a normalized 1-D row, by sorting only its likeliest
+    ``k`` entries: when the ``k``-th is dropped by TOP_P_MARGIN, every later entry is too.
+    The mass before each sorted entry is the same cumulative sum as a full sort's (a
+    prefix of it); tied values may be ordered differently, as ``argsort`` may order them.
+
+    >>> row = np.log(np.array([0.1, 0.5, 0.15, 0.25]))
+    >>> sorted(_top_p_keep(row, 0.7).tolist())
+    [1, 3]
+    """
+    n = logp.size
+    k = min(n, TOP_P_FIRST)
+    while True:
+        if k >= n:
+            order = np.argsort(-logp)
+        else:
+            likeliest = np.argpartition(-logp, k - 1)[:k]
+            order = likeliest[np.argsort(-logp[likeliest])]
+        sorted_p = np.exp(logp[order])
+        before = np.cumsum(sorted_p) - sorted_p  # mass strictly above each entry
+        if k >= n or before[-1] >= top_p + TOP_P_MARGIN:
+            return order[before < top_p]
+        k = _next_k(k, n, top_p - (before[-1] + sorted_p[-1]), float(sorted_p[-1]))
+
+
+def _next_k(k: int, n: int, missing: float, smallest: float) -> int:
+    """How many entries to sort next: eight times more, or at least enough to hold the
+    ``missing`` mass if each is at most as likely as the ``smallest`` sorted so far; all
+    of them once that is over a quarter of the row (a flat row: one full sort is cheaper).
+
+    >>> _next_k(1024, 150_000, 0.01, 1e-4), _next_k(1024, 150_000, 0.5, 1e-5)
+    (8192, 150000)
+    """
+    wanted = max(8 * k, k + missing / smallest if smallest > 0 else n)
+    return int(wanted) if wanted <= n // 4 else n
+
+
+def _normalize_row(row: np.ndarray) -> np.ndarray:
+    """`_normalize` of a 1-D row, in place (the same operations in the same order)."""
+    top = float(row.max())
+    if not np.isfinite(top):
+        top = 0.0
+    row -= top
+    with np.errstate(divide="ignore"):
+        total = np.log(np.exp(row).sum())
+    row -= total
+    return row
+
+
+def _normalize(logp: np.ndarray) -> np.ndarray:
+    top = np.max(logp, axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return logp - top - np.log(np.sum(np.exp(logp - top), axis=-1, keepdims=True))
+
+
+@dataclass
+class NextBytes:
+    """Exact next-byte distribution after a prefix (natural logs).
+
+    ``next[b]`` = log P(b | prefix) for the 256 byte values; ``eos`` = log
+    P(text ends here | prefix) (a special token follows the canonical encoding);
+    ``events`` = special token id -> its share of ``eos``; ``prefix_logprob`` =
+    log P(prefix) when the sampler tracks it (else None).
+    """
+
+    next: np.ndarray
+    eos: float
+    events: dict[int, float] = field(default_factory=dict)
+    prefix_logprob: float | None = None
+    inference_tokens: int = 0
+
+    def normalized(self) -> np.ndarray:
+        """float64 [257]: bytes then eos, renormalized to sum to one (what samplers draw from)."""
+        both = np.concatenate([self.next, [self.eos]])
+        total = logsumexp(both)
+        if total == NEG_INF:
+            raise BackendError("the model gives no mass to any continuation of this prefix")
+        return both - total
+
+
+@dataclass
+class _ScoredTree:
+    tree: Tree
+    node_lp: np.ndarray  # [N] log P(node path | trunk)
+    rows: Rows  # [N][V] next-token log-probs at each node (transformed if asked)
+    offsets: list[int]  # [N] bytes of the prefix after each node (0: the node ends at x)
+    buckets: tuple[np.ndarray, float] | None = None  # `_aggregate`'s result, once computed
+
+
+@dataclass
+class LeafSet:
+    """The leaves of a scored tree: leaf ``k`` is ``tree.nodes[node[k]].path + (token[k],)``
+    with log-probability ``weights[k]`` given the trunk."""
+
+    tree: Tree
+    node: np.ndarray  # [L] int64 index into tree.nodes
+    token: np.ndarray  # [L] int64
+    weights: np.ndarray  # [L] float64
+
+    @property
+    def size(self) -> int:
+        return int(self.weights.size)
+
+    def sequence(self, k: int) -> tuple[int, ...]:
+        return self.tree.nodes[int(self.node[k])].path + (int(self.token[k]),)
+
+
+def start_token(model: ScoringModel, engine: Engine) -> int:
+    """The token every sequence is conditioned on: the model's BOS, else its EOS."""
+    for attr in ("bos_token_id", "eos_token_id"):
+        value = getattr(model, attr, None)
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    specials = engine.tok.special_ids
+    if specials:
+        return int(specials[0])
+    raise BackendError("the model has no BOS or EOS token to start a sequence with")
+
+
+class ByteSampler:
+    """A live VCT scored by a model: prefix probability, next bytes, leaves.
+
+    ``track_prefix=True`` keeps log P(trunk) up to date (needed for
+    ``prefix_logprob``; costs the trunk's log-probs, which the KV cache needs anyway).
+    """
+
+    def __init__(
+        self,
+        model: ScoringModel,
+        engine: Engine,
+        *,
+        track_prefix: bool = True,
+        start_id: int | None = None,
+    ) -> None:
+        tok = engine.tok
+        if model.vocab_size < tok.size:
+            raise BackendError(
+                f"model vocabulary ({model.vocab_size}) is smaller than the tokenizer's "
+                f"({tok.size}): they do not belong together"
+            )
+        self.model = model
+        self.engine = engine
+        self.tok = tok
+        self.track_prefix = track_prefix
+        self.start_id = start_token(model, engine) if start_id is None else start_id
+        self.session: ScoringSession = model.session(bos_id=self.start_id)
+        self.vct = VCT(engine)
+        # token byte lengths as Python ints: a node's offset sums a few of them per keystroke
+        self._lengths = [len(b) if b is not None else 0 for b in tok.token_bytes]
+        self._bytes = _bytes_by_position(tok.token_bytes)  # [max_len, V] uint8
+        self._special = np.array(
+            [i for i in tok.special_ids if i < model.vocab_size], dtype=np.int64
+        )
+        self._scored: list[int] = []  # trunk tokens whose log-probs are summed in _cum
+        self._cum: list[float] = [0.0]  # _cum[i] = log P(first i scored trunk tokens)
+        self._cache: tuple[int, Transform, _ScoredTree] | None = None
+
+    # ---------------------------------------------------------------- the prefix
+    @property
+    def event_ids(self) -> np.ndarray:
+        """The special tokens that end the text: leaves of the node ``tree.complete``."""
+        return self._special
+
+    @property
+    def prefix(self) -> bytes:
+        return self.vct.prefix
+
+    def reset(self, prefix: bytes = b"") -> None:
+        """Condition on ``prefix`` (keeps the KV cache for the shared part)."""
+        current = self.vct.prefix
+        if current == prefix:
+            return  # nothing changed: keep the tree and its scores
+        common = _common_len(current, prefix)
+        if common < len(current):
+            self.vct.truncate(common)
+        self.vct.push_bytes(prefix[common:])
+        self._cache = None
+
+    def push(self, data: bytes) -> None:
+        self.vct.push_bytes(data)
+        self._cache = None
+
+    def forget_scores(self) -> None:
+        """Drop what was scored for this prefix: the session's context before the trunk
+        changed (a fill-in-the-middle prompt moved), so those rows are stale."""
+        self._cache = None
+        del self._scored[:]
+        del self._cum[1:]
+
+    # ---------------------------------------------------------------- scoring
+    def _score(self, transform: Transform = Transform()) -> _ScoredTree:
+        key = len(self.vct.prefix)
+        if self._cache is not None and self._cache[0] == key and self._cache[1] == transform:
+            return self._cache[2]
+        tree = self.vct.tree()
+        paths = [n.path for n in tree.nodes]
+        if self.track_prefix:
+            rows = self._score_tracking(tree.trunk, paths)
+        else:
+            rows = self._rows(tree.trunk, paths)  # [N][V]
+        if not transform.is_identity:
+            rows = transform.apply(np.stack(rows))
+        node_lp, offsets = _node_scores(paths, rows, tree.rest, self._lengths)
+        scored = _ScoredTree(tree, node_lp, rows, offsets)
+        self._cache = (key, transform, scored)
+        return scored
+
+    def _score_tracking(self, trunk: list[int], paths: list[tuple[int, ...]]) -> np.ndarray:
+        """Node rows, and log P(trunk) brought up to date, in as few calls as possible."""
+        common = 0
+        limit = min(len(trunk), len(self._scored))
+        while common < limit and trunk[common] == self._scored[common]:
+            common += 1
+        del self._scored[common:]
+        del self._cum[common + 1 :]
+        while len(trunk) - len(self._scored) > TRUNK_CHUNK:  # long new trunk: chunks
+            chunk = trunk[len(self._scored) : len(self._scored) + TRUNK_CHUNK]
+            lp = self._rows(self._scored, [tuple(chunk[:j]) for j in range(len(chunk))])
+            self._extend(chunk, lp)
+        ext = tuple(trunk[len(self._scored) :])
+        asked = [ext[:j] for j in range(len(ext))] + [ext + p for p in paths]
+        lp = self._rows(self._scored, asked)
+        self._extend(list(ext), lp[: len(ext)])
+        return lp[len(ext) :]
+
+    def _rows(self, trunk: list[int], paths: list[tuple[int, ...]]) -> Rows:
+        return session_rows(self.session, trunk, paths)
+
+    def _extend(self, tokens: list[int], rows: Rows) -> None:
+        for token, row in zip(tokens, rows, strict=True):
+            self._cum.append(self._cum[-1] + float(row[token]))
+            self._scored.append(token)
+
+    # ---------------------------------------------------------------- leaves
+    def leaf_set(self, transform: Transform = Transform()) -> LeafSet:
+        """Every covering sequence (below the trunk) with its log-probability given the trunk,
+        as arrays (a tree can have thousands of leaves; tuples for each would cost
+        milliseconds per keystroke).
+
+        Includes, for the node that ends the complete encoding of the prefix, its
+        end-of-text events ``path + (special,)``.
+        """
+        sc = self._score(transform)
+        owners: list[int] = []  # node of each run of leaves
+        runs: list[np.ndarray] = []
+        for i, node in enumerate(sc.tree.nodes):
+            owners.append(i)
+            runs.append(node.leaves)
+            if node.path == sc.tree.complete and self._special.size:
+                owners.append(i)
+                runs.append(self._special)
+        if not runs:
+            empty = np.zeros(0, dtype=np.int64)
+            return LeafSet(sc.tree, empty, empty, np.zeros(0))
+        return _leaf_arrays(sc, owners, runs)
+
+    def leaves(
+        self, transform: Transform = Transform()
+    ) -> tuple[list[tuple[int, ...]], np.ndarray]:
+        """`leaf_set` as (list of token sequences, log-probs)."""
+        leaf_set = self.leaf_set(transform)
+        return [leaf_set.sequence(k) for k in range(leaf_set.size)], leaf_set.weights
+
+    def _mass(self, sc: _ScoredTree) -> tuple[np.ndarray, float]:
+        sums, shift = _aggregate(sc, self._bytes)
+        if self.vct.empty_behind_lead:  # SentencePiece's empty text: the empty sequence
+            shift = 0.0  # covers it, so its whole mass counts (as at a ByteLevel root)
+        return sums, shift
+
+    def prefix_logprob(self) -> float:
+        """log P(the model's text starts with the prefix)."""
+        if not self.track_prefix:
+            raise ValueError("this sampler does not track the prefix probability")
+        sc = self._score()
+        return self._cum[-1] + self._mass(sc)[1]
+
+    def next_bytes(self, transform: Transform = Transform()) -> NextBytes:
+        """The exact next-byte distribution (token-level ``transform`` applied to leaves)."""
+        sc = self._score(transform)
+        sums, shift = self._mass(sc)
+        events: dict[int, float] = {}
+        for i, node in enumerate(sc.tree.nodes):
+            if node.path == sc.tree.complete and self._special.size:
+                lp = sc.node_lp[i] + sc.rows[i][self._special] - shift
+                events = {int(t): float(v) for t, v in zip(self._special, lp, strict=True)}
+        eos = logsumexp(np.array(list(events.values()))) if events else NEG_INF
+        prefix_lp = self._cum[-1] + shift if self.track_prefix else None
+        return NextBytes(sums - shift, eos, events, prefix_lp, self.session.inference_tokens)
+
+
+def _node_scores(
+    paths: list[tuple[int, ...]], rows: Rows, rest: int, lengths: list[int]
+) -> tuple[np.ndarray, list[int]]:
+    """([N] log P(node path | trunk), [N] bytes of the prefix after each node's path).
+
+    Nodes come parents first (``Tree.nodes``), so a parent's value is ready before its
+    children's.
+    """
+    node_lp = np.zeros(len(paths))
+    index = {p: i for i, p in enumerate(paths)}
+    offsets = []
+    for i, path in enumerate(paths):
+        if path:
+            parent = index[path[:-1]]
+            node_lp[i] = node_lp[parent] + rows[parent][path[-1]]
+        offsets.append(rest - sum(lengths[t] for t in path))
+    return node_lp, offsets
+
+
+def _leaf_arrays(sc: _ScoredTree, owners: list[int], runs: list[np.ndarray]) -> LeafSet:
+    """The `LeafSet` of runs of leaf tokens, run k hanging off node ``owners[k]``.
+
+    One concatenation per field and one add for all weights (the same sums, element by
+    element, as adding each run's node log-prob to its row's values): a tree's node that
+    ends at the prefix has almost the whole vocabulary as leaves.
+    """
+    sizes = [run.size for run in runs]
+    node = np.repeat(np.array(owners, dtype=np.int64), sizes)
+    token = np.concatenate(runs).astype(np.int64, copy=False)
+    values = [sc.rows[i].take(run) for i, run in zip(owners, runs, strict=True)]
+    weights = np.concatenate(values).astype(np.float64, copy=False)
+    weights += np.repeat(sc.node_lp.take(owners), sizes)
+    return LeafSet(sc.tree, node, token, weights)
+
+
+def session_rows(
+    session: ScoringSession, trunk: Sequence[int], paths: Sequence[tuple[int, ...]]
+) -> Rows:
+    """Log-prob rows after ``trunk + path``; our own sessions hand them out without
+    stacking them into a copy (anything else, a counting wrapper say, is asked
+    ``logprobs``). The rows may be read-only.
+    """
+    if isinstance(session, TreeScoringSession) or hasattr(session, "logprob_rows"):
+        return session.logprob_rows(trunk, paths)  # a FIM PromptedSession has them too
+    return session.logprobs(trunk, paths)
+
+
+# Terms below exp(-665) may be subnormal in a float64 sum (relative error > 1e-16):
+# `_aggregate` then takes the slower log-domain path for the whole tree.
+LOG_TINY = -665.0
+
+
+def _aggregate(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
+    """(float64 [256] log of the leaf path probabilities grouped by next byte, log mass).
+
+    The mass is what `ByteSampler` divides by: leaves that reach past the prefix
+    plus the nodes that end exactly at it (see the module docstring). Computed once
+    per scored tree: node path log-probs are <= 0 (the root's is 0), so the
+    probabilities are summed as they are, with one exp and one bincount per node; a
+    tree with terms that small falls back to the exact log-domain sums.
+    """
+    if sc.buckets is None:
+        sc.buckets = _linear_sums(sc, by_pos) or _log_sums(sc, by_pos)
+    return sc.buckets
+
+
+def _node_leaves(sc: _ScoredTree, by_pos: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """(next byte, log P(path + leaf | trunk)) of node i's leaves.
+
+    ``take`` on 1-D rows: a 2-D fancy index ``rows[i, leaves]`` is several times
+    slower, and a column of a [V, max_len] table is a cache miss per leaf.
+    """
+    leaves = sc.tree.nodes[i].leaves
+    values = sc.rows[i].take(leaves)  # a fresh array: fine to change in place
+    values += sc.node_lp[i]
+    return by_pos[sc.offsets[i]].take(leaves), values
+
+
+def _linear_sums(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """`_aggregate` in probability space; None when some term is too small for it."""
+    sums = np.zeros(256)
+    mass = 0.0
+    for i, node in enumerate(sc.tree.nodes):
+        if sc.offsets[i] == 0:
+            if _too_small(sc.node_lp[i : i + 1]):
+                return None
+            mass += float(np.exp(sc.node_lp[i]))
+        if not node.leaves.size:
+            continue
+        first, values = _node_leaves(sc, by_pos, i)
+        if _too_small(values):
+            return None
+        part = np.bincount(first, weights=np.exp(values, out=values), minlength=256)
+        sums += part
+        if sc.offsets[i] > 0:
+            mass += float(part.sum())
+    with np.errstate(divide="ignore"):
+        return np.log(sums), (float(np.log(mass)) if mass > 0 else NEG_INF)
+
+
+def _too_small(values: np.ndarray) -> bool:
+    """True if a finite value is below LOG_TINY (-inf terms are exact zeros: fine)."""
+    if not values.size or float(values.min()) >= LOG_TINY:
+        return False
+    return bool(np.any((values < LOG_TINY) & np.isfinite(values)))
+
+
+def _log_sums(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
+    """`_aggregate` in the log domain: exact whatever the magnitudes, but slower."""
+    firsts: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    parts: list[np.ndarray] = []
+    for i, node in enumerate(sc.tree.nodes):
+        if sc.offsets[i] == 0:
+            parts.append(sc.node_lp[i : i + 1])
+        if node.leaves.size:
+            first, value = _node_leaves(sc, by_pos, i)
+            firsts.append(first)
+            values.append(value)
+            if sc.offsets[i] > 0:
+                parts.append(value)
+    if not values:
+        sums = np.full(256, NEG_INF)
+    else:
+        sums = _bucket_logsumexp(np.concatenate(firsts), np.concatenate(values))
+    return sums, (logsumexp(np.concatenate(parts)) if parts else NEG_INF)
+
+
+def _bucket_logsumexp(buckets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """float64 [256]: logsumexp of ``values`` grouped by byte, -inf for empty groups."""
+    out = np.full(256, NEG_INF)
+    if values.size == 0:
+        return out
+    order = np.argsort(buckets, kind="stable")
+    buckets, values = buckets[order], values[order]
+    starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+    tops = np.maximum.reduceat(values, starts)
+    safe = np.where(np.isfinite(tops), tops, 0.0)
+    sums = np.add.reduceat(
+        np.exp(values - np.repeat(safe, np.diff(np.r_[starts, values.size]))), starts
+    )
+    with np.errstate(divide="ignore"):
+        out[buckets[starts]] = np.where(np.isfinite(tops), safe + np.log(sums), NEG_INF)
+    return out
+
+
+def _bytes_by_position(token_bytes: Sequence[bytes | None]) -> np.ndarray:
+    """uint8 [max_len, V]: byte k of every token in row k, zero-padded (read only where a
+    token has the byte); by position so that a node's next bytes are one contiguous row."""
+    width = max(len(b) for b in token_bytes if b is not None)
+    out = np.zeros((len(token_bytes), width), dtype=np.uint8)
+    for i, b in enumerate(token_bytes):
+        if b:
+            out[i, : len(b)] = np.frombuffer(b, dtype=np.uint8)
+    return np.ascontiguousarray(out.T)
+
+
+def _common_len(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix (the server asks per keystroke): typing's usual
+    case, ``b`` extending ``a``, is one C-level ``startswith``; else arrays are compared."""
+    if b.startswith(a):
+        return len(a)
+    n = min(len(a), len(b))
+    diff = np.frombuffer(a, np.uint8, n) != np.frombuffer(b, np.uint8, n)
+    return int(np.argmax(diff)) if diff.any() else n

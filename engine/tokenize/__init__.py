@@ -1,0 +1,7 @@
+"""Stage 1, text to tokens: byte vocabularies, pre-tokenization (regex splits, Unicode
+tables as the tokenizers library reads them), BPE with merges in normal form, and the
+tokenizer half of SentencePiece. Loads tokenizer.json and tokenizer.model files
+(:func:`~midword.engine.tokenize.tokenizer.load_tokenizer`).
+
+Nothing here knows about covering trees or models; everything above builds on it.
+"""

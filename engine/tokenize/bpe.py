@@ -1,0 +1,245 @@
+"""The byte-level BPE model itself: :class:`BPETokenizer` (token bytes, merges in normal
+form, the reference encoder) and the merge helpers that every tokenizer family shares.
+
+Loading a ``tokenizer.json`` into one lives in :mod:`tokenizer` (ByteLevel) and
+:mod:`sentencepiece`; the covering-tree modules import only this one.
+
+>>> bpe_apply([1, 2, 3], {(1, 2): (0, 4), (4, 3): (1, 5)})
+[5]
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import regex
+
+from ..errors import TokenizerError
+from .pretok import Pretokenizer
+
+__all__ = [
+    "NO_MERGE",
+    "AddedToken",
+    "BPETokenizer",
+    "TokenizerError",
+    "bpe_apply",
+    "bpe_last_merge",
+    "cache_root",
+    "reorder_merges",
+]
+
+NO_MERGE = np.iinfo(np.int64).max  # rank of "never formed" (unreachable tokens, past the top)
+
+BPE_MEMO_WORDS = 1 << 15  # pre-tokens whose BPE is kept (least recently used dropped)
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    id: int
+    content: str
+    special: bool
+
+
+class BPETokenizer:
+    """Byte-level view of a BPE tokenizer, with merges in normal form.
+
+    Arrays are indexed by token id (``size`` = max id + 1):
+
+    - ``token_bytes[i]``: raw bytes of text token ``i`` (``None`` for special tokens and gaps)
+    - ``left[i], right[i]``: the normal-form merge that forms ``i`` (-1 for single bytes and
+      for tokens BPE cannot reach)
+    - ``rank[i]``: rank of that merge (-1 for single bytes, ``NO_MERGE`` if unreachable)
+
+    ``missing_bytes``: the bytes with no single-byte token (SmolLM2 lacks 21). The real
+    encoder drops such a byte from the text, and so does :meth:`encode`; a token that
+    holds one is unreachable.
+    """
+
+    def __init__(
+        self,
+        *,
+        token_bytes: list[bytes | None],
+        left: np.ndarray,
+        right: np.ndarray,
+        rank: np.ndarray,
+        pretokenizer: Pretokenizer,
+        normalize: Callable[[str], str] | None,
+        added: Sequence[AddedToken],
+        ignore_merges: bool,
+        source: str,
+        digest: str = "",
+        normal_form: str | None = None,
+    ) -> None:
+        self.token_bytes = token_bytes
+        self.size = len(token_bytes)
+        self.left = left
+        self.right = right
+        self.rank = rank
+        self.pretokenizer = pretokenizer
+        self.normalize = normalize
+        # "NFC" when the normalizer is Unicode NFC and nothing else (the encoding-free
+        # verdicts apply there to text NFC leaves alone); None otherwise
+        self.normal_form = normal_form if normalize is not None else None
+        self.ignore_merges = ignore_merges
+        self.source = source
+        self.digest = digest  # content hash of the tokenizer file: key of derived on-disk caches
+        self.bytes_to_id: dict[bytes, int] = {
+            b: i for i, b in enumerate(token_bytes) if b is not None
+        }
+        self.special_ids = sorted(a.id for a in added if a.special)
+        self.added_text = {a.content: a.id for a in added if not a.special}
+        self.added_bytes = [a.encode("utf-8") for a in self.added_text]
+        self.added = list(added)
+        self.is_text = np.array([b is not None for b in token_bytes], dtype=bool)
+        self.reachable = self.is_text & (rank != NO_MERGE)
+        # bytes with no single-byte token (SmolLM2 and the StarCoder family lack 21): the
+        # real encoder drops them from the text, so no canonical sequence spells one
+        self.missing_bytes = frozenset(b for b in range(256) if bytes([b]) not in self.bytes_to_id)
+        self.byte_ids = np.array([self.bytes_to_id.get(bytes([b]), -1) for b in range(256)])
+        # (left, right) -> (rank, result) in normal form.
+        self.merges: dict[tuple[int, int], tuple[int, int]] = {
+            (int(left[i]), int(right[i])): (int(rank[i]), i)
+            for i in np.flatnonzero((left >= 0) & self.reachable)
+        }
+        self._added_re = (
+            regex.compile(
+                "|".join(regex.escape(a) for a in sorted(self.added_text, key=len, reverse=True))
+            )
+            if self.added_text
+            else None
+        )
+        # words seen lately: a buffer's window is encoded again and again, mostly the same
+        # words; each keystroke also brings a word never seen before, so the bound is what
+        # a long session keeps (32k words, about 8 MB)
+        self._bpe_cached = lru_cache(maxsize=BPE_MEMO_WORDS)(self._bpe)
+
+    # ----------------------------------------------------------------- encoding
+    def normalize_text(self, text: str) -> str:
+        return self.normalize(text) if self.normalize else text
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (normalized, special-token text treated as text)."""
+        ids: list[int] = []
+        for piece, added_id in self.split_added(self.normalize_text(text)):
+            if added_id is not None:
+                ids.append(added_id)
+                continue
+            for word in self.pretokenizer.split(piece):
+                ids.extend(self.encode_word(word.encode("utf-8")))
+        return ids
+
+    def split_added(self, text: str) -> list[tuple[str, int | None]]:
+        """Split on non-special added tokens (matched as text before pre-tokenization)."""
+        if self._added_re is None:
+            return [(text, None)] if text else []
+        out: list[tuple[str, int | None]] = []
+        pos = 0
+        for m in self._added_re.finditer(text):
+            if m.start() > pos:
+                out.append((text[pos : m.start()], None))
+            out.append((m.group(), self.added_text[m.group()]))
+            pos = m.end()
+        if pos < len(text):
+            out.append((text[pos:], None))
+        return out
+
+    def encode_word(self, word: bytes) -> tuple[int, ...]:
+        """BPE of one pre-token (with ``ignore_merges`` when the tokenizer has it)."""
+        if self.ignore_merges:
+            whole = self.bytes_to_id.get(word)
+            if whole is not None:
+                return (whole,)
+        return self._bpe_cached(word)
+
+    def _bpe(self, word: bytes) -> tuple[int, ...]:
+        if self.missing_bytes:  # dropped, as the real encoder drops a character it lacks
+            word = bytes(b for b in word if b not in self.missing_bytes)
+        return tuple(bpe_apply([int(self.byte_ids[b]) for b in word], self.merges))
+
+    def decode(self, ids: Sequence[int]) -> bytes:
+        """Raw bytes of text tokens (special tokens decode to nothing)."""
+        return b"".join(self.token_bytes[i] or b"" for i in ids)
+
+    def is_special(self, token_id: int) -> bool:
+        return 0 <= token_id < self.size and self.token_bytes[token_id] is None
+
+
+def bpe_apply(symbols: list[int], merges: dict[tuple[int, int], tuple[int, int]]) -> list[int]:
+    """Apply merges lowest rank first, leftmost first among equals (the HF heap order)."""
+    syms = list(symbols)
+    while len(syms) > 1:
+        best: tuple[int, int, int] | None = None
+        for pos in range(len(syms) - 1):
+            hit = merges.get((syms[pos], syms[pos + 1]))
+            if hit is not None and (best is None or hit[0] < best[0]):
+                best = (hit[0], pos, hit[1])
+        if best is None:
+            break
+        _, pos, out = best
+        syms[pos : pos + 2] = [out]
+    return syms
+
+
+def bpe_last_merge(
+    syms: list[int], table: dict[tuple[int, int], tuple[int, int]]
+) -> tuple[int, int, int] | None:
+    """Heap BPE; return (left, right, result) of the last merge if it yields one symbol."""
+    heap: list[tuple[int, int, int, int]] = []
+    syms = list(syms)
+    last = None
+    while len(syms) > 1:
+        heap.clear()
+        for pos in range(len(syms) - 1):
+            hit = table.get((syms[pos], syms[pos + 1]))
+            if hit is not None:
+                heapq.heappush(heap, (hit[0], pos, syms[pos], syms[pos + 1]))
+        if not heap:
+            return None
+        r, pos, a, b = heap[0]
+        last = (a, b, table[(a, b)][1])
+        syms[pos : pos + 2] = [last[2]]
+    return last
+
+
+def reorder_merges(left: np.ndarray, right: np.ndarray, orig: np.ndarray) -> np.ndarray:
+    """New ranks 0..M-1 so that every merge comes after the merges of its inputs."""
+    formed = np.flatnonzero(left >= 0)
+    key: dict[int, tuple[int, int, int]] = {}
+
+    def major(t: int) -> tuple[int, int]:
+        return (key[t][0], key[t][1]) if t in key else (-1, 0)
+
+    for t in sorted(formed, key=lambda t: orig[t]):
+        ka, kb = major(int(left[t])), major(int(right[t]))
+        later = max(ka, kb)
+        if later[0] < orig[t]:
+            key[int(t)] = (int(orig[t]), 0, int(orig[t]))
+        else:  # an input is formed later: move right after it
+            key[int(t)] = (later[0], later[1] + 1, int(orig[t]))
+    # inputs of a moved merge may themselves be moved later in this sweep: iterate to a fixpoint
+    changed = True
+    while changed:
+        changed = False
+        for t in formed:
+            later = max(major(int(left[t])), major(int(right[t])))
+            if (key[int(t)][0], key[int(t)][1]) <= later:
+                key[int(t)] = (later[0], later[1] + 1, int(orig[t]))
+                changed = True
+    rank = np.where(orig == -1, -1, NO_MERGE).astype(np.int64)
+    for new, t in enumerate(sorted(key, key=lambda t: key[t])):
+        rank[t] = new
+    return rank
+
+
+def cache_root() -> Path:
+    """Folder of derived tables ($MIDWORD_CACHE, else $XDG_CACHE_HOME/midword)."""
+    root = os.environ.get("MIDWORD_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "midword"
+    )
+    return Path(root)

@@ -1,0 +1,897 @@
+"""The branching tail of a covering tree: every token path that covers the region
+after the last settled pre-token split, with the leaves of each node.
+
+:func:`build_tail` expands the region's token paths under every pre-tokenization some
+continuation gives (:class:`Hyp`), judges the leaves at each node with the engine's
+:class:`~midword.engine.tree.leaf_tables.LeafTables` where they apply and by the canonical
+checks (:mod:`.canonical`) elsewhere, and keeps built tails per engine
+(:class:`TailCache`). Each key's builder takes over from the previous key's what depends
+only on the bytes both regions share (`_TailBuilder._take_over`): typing a long open
+pre-token re-judges only what its new end changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from ..tokenize.bpe import BPETokenizer
+from ..tokenize.pretok import ClassMachine
+from .leaf_tables import Config, LeafTables
+from .utf8 import SHORT_PROBES, char_byte_offsets, split_utf8
+from .validity import Validity
+
+HYPS_MEMO_CHARS = 64  # regions up to this many characters keep their hypotheses by shape
+HYPS_MEMO_SIZE = 1 << 14  # shapes kept (a few hundred bytes each)
+# Built tails are asked again for the prefix just built (a request, its sync, its items),
+# after a backspace, and for the few buffers in use; typing makes a new region per key. So
+# a small cache gets the hits, while a large one only grows: at 4,096 entries and 256 MB
+# it took the language server's model thread from 36 to 53 MB in the busy-editor soak's
+# second half with the 4k-token test model (32 KB an end node), and a 128k vocabulary
+# fills 256 MB within minutes. With a 16 MB cap, bench_tree_replay's figures (llama3,
+# qwen3, two interleaved rounds) stayed within run-to-run noise.
+TAIL_CACHE_ENTRIES = 256
+TAIL_CACHE_BYTES = 32 << 20  # leaf arrays kept at most (a llama3 tree's end node: 850 KB)
+# below this many tokens from one offset, asking pair validity token by token is cheaper
+# than gathering the successor mask (whitespace runs have dozens of tokens per offset)
+MASKED_STEPS_MIN = 12
+ONLY_BARE: frozenset[bytes] = frozenset({b""})  # WholeWords.exts of a T with no other ending
+
+
+@dataclass(frozen=True)
+class Hyp:
+    """One possible pre-tokenization: byte offsets of splits inside the region.
+
+    ``stop``: a non-special added text may begin at this offset and still be completing;
+    under this hypothesis the rest of the region is that one added token (a leaf), so no
+    token of the path ends past it.
+    """
+
+    inner: frozenset[int]
+    at_end: bool
+    stop: int | None = None
+
+
+@dataclass(frozen=True)
+class TailNode:
+    """An internal node of the branching tail.
+
+    ``path``: token ids from the end of the trunk down to this node;
+    ``ends_at_prefix_end``: the node's bytes end exactly where the prefix ends
+    (then every valid next token is a leaf); ``leaves``: child tokens that
+    complete a covering sequence from this node.
+    """
+
+    path: tuple[int, ...]
+    ends_at_prefix_end: bool
+    leaves: np.ndarray
+
+
+class WholeWords(NamedTuple):
+    """Under ignore_merges, for one head: tokens T (``ids``) and, aligned, the probe
+    endings e with ``head + T + e`` itself a token (the encoder would emit that one)."""
+
+    ids: np.ndarray  # int64 token ids
+    exts: list[frozenset[bytes]]
+
+
+NO_WHOLE_WORDS = WholeWords(np.zeros(0, dtype=np.int64), [])
+
+
+class TailSource(Protocol):
+    """What the tail builder reads of the per-tokenizer :class:`~midword.engine.tree.tables.Engine`."""
+
+    tok: BPETokenizer
+    validity: Validity
+    machine: ClassMachine | None
+    tables: LeafTables | None
+    split_probes: tuple[str, ...]
+    max_token_len: int
+    sorted_ids: np.ndarray
+    sorted_len: np.ndarray
+    starts_ok: np.ndarray
+    tail_ok: np.ndarray
+    whole_ok: np.ndarray
+    is_added: np.ndarray
+    added_ids: list[int]
+    holds_missing: np.ndarray | None
+    tail_cache: TailCache
+    hyps_memo: dict[tuple, tuple[Hyp, ...]]
+
+    def class_reps(self, partial: bytes) -> list[str]: ...
+
+    def token_range(self, prefix: bytes) -> tuple[int, int]: ...
+
+    def continuing(self, partial: bytes) -> np.ndarray: ...
+
+    def head_keys(self) -> tuple[np.ndarray, list[str], list[bool], np.ndarray, list[int]]: ...
+
+    def whole_words(self, head: bytes) -> WholeWords: ...
+
+    def extends_canonically(self, seq: tuple[int, ...], data: bytes) -> bool: ...
+
+
+def build_tail(engine: TailSource, region: bytes) -> tuple[tuple[int, ...], list[TailNode]]:
+    """Branching tail of ``region`` (bytes after the last settled split).
+
+    Returns the tokens that every covering shares (moved into the trunk) and
+    the internal nodes below them.
+    """
+    cached = engine.tail_cache.get(region)
+    if cached is not None:
+        return cached
+    builder = _TailBuilder(engine, region, engine.tail_cache.last_build)
+    result = builder.run()
+    engine.tail_cache.put(region, result)
+    engine.tail_cache.last_build = builder
+    return result
+
+
+class TailCache:
+    """Built tails by region (LRU), bounded by entries and by the bytes of their leaf
+    arrays: a node at the prefix end has almost the whole vocabulary as leaves, so with a
+    large vocabulary an entry count alone would let a long session keep gigabytes, and
+    memory that only grows is also slow to write (every new array faults in fresh pages).
+
+    Example:
+        >>> cache = TailCache(max_bytes=100)
+        >>> cache.put(b"ab", ((), [TailNode((1,), True, np.arange(10))]))  # 80 bytes
+        >>> cache.put(b"abc", ((), [TailNode((1,), True, np.arange(10))]))
+        >>> (cache.get(b"ab") is None, cache.get(b"abc") is not None, len(cache))
+        (True, True, 1)
+    """
+
+    def __init__(self, max_entries: int = TAIL_CACHE_ENTRIES, max_bytes: int = TAIL_CACHE_BYTES):
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._items: OrderedDict[bytes, tuple[tuple[tuple[int, ...], list[TailNode]], int]] = (
+            OrderedDict()
+        )
+        self.nbytes = 0
+        # the builder of the last tail built: the next key's builder takes over what stays
+        # true of the bytes both regions share (`_TailBuilder._take_over`). Outside the
+        # byte cap: its straddler arrays held under 1 MB after a 200-space run (gpt4o)
+        self.last_build: _TailBuilder | None = None
+        self._places: tuple[np.ndarray, np.ndarray] | None = None
+
+    def places(self, sorted_ids: np.ndarray) -> np.ndarray:
+        """Each token's index in ``sorted_ids`` (the engine's text tokens in byte order;
+        -1 for the others), by token id."""
+        if self._places is None or self._places[0] is not sorted_ids:
+            places = np.full(int(sorted_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
+            places[sorted_ids] = np.arange(len(sorted_ids))
+            self._places = (sorted_ids, places)
+        return self._places[1]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, region: bytes) -> tuple[tuple[int, ...], list[TailNode]] | None:
+        hit = self._items.get(region)
+        if hit is None:
+            return None
+        self._items.move_to_end(region)
+        return hit[0]
+
+    def put(self, region: bytes, tail: tuple[tuple[int, ...], list[TailNode]]) -> None:
+        size = sum(node.leaves.nbytes for node in tail[1])
+        old = self._items.pop(region, None)
+        if old is not None:
+            self.nbytes -= old[1]
+        self._items[region] = (tail, size)
+        self.nbytes += size
+        while len(self._items) > 1 and (
+            len(self._items) > self.max_entries or self.nbytes > self.max_bytes
+        ):
+            _, (_, dropped) = self._items.popitem(last=False)
+            self.nbytes -= dropped
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.nbytes = 0
+        self.last_build = None
+
+
+class ConfigScan:
+    r""":func:`~midword.engine.tree.leaf_tables.scan_configs` of every prefix of one class
+    sequence, one character at a time: O(1) a character instead of a scan of the whole
+    prefix for each (the tail asks it at every offset near the region's end, and the next
+    key's builder goes on from where this one stopped).
+
+    ``_raw[k]``: the attempts still open after ``k`` characters (`scan_configs`'s answer
+    before its empty-match check, which a later character may still pass), or None once
+    some attempt died without a match (no later character revives it).
+
+    Example (llama3's pattern: letters run on, a space starts a new pre-token):
+        >>> from midword.engine.tree.leaf_tables import scan_configs
+        >>> from midword.engine.tokenize.pretok import ClassMachine
+        >>> m = ClassMachine(r" ?\p{L}+| ?\p{N}+|\s+")
+        >>> classes = m.classes("ab cd")
+        >>> scan = ConfigScan(m)
+        >>> all(scan.at(k, classes) == scan_configs(m, classes[:k]) for k in range(6))
+        True
+    """
+
+    def __init__(self, machine: ClassMachine, raw: list[tuple[Config, ...] | None] | None = None):
+        self.machine = machine
+        self._raw = raw or [(Config((), 0, ClassMachine.INIT, None),)]
+
+    def head(self, k: int) -> ConfigScan:
+        """A scan that shares this one's first ``k`` characters (another region that
+        starts with them)."""
+        return ConfigScan(self.machine, self._raw[: k + 1])
+
+    def at(self, k: int, classes: list[int]) -> list[Config] | None:
+        """`scan_configs` of ``classes[:k]`` (``classes`` extends what was scanned)."""
+        raw = self._raw
+        while len(raw) <= k:
+            before = raw[-1]
+            i = len(raw) - 1
+            raw.append(None if before is None else self._step(before, classes[i], i))
+        got = raw[k]
+        if got is None or (got[-1].pending is not None and got[-1].pending <= got[-1].start):
+            return None  # some attempt died unmatched, or the last one matched empty
+        return list(got)
+
+    def _step(self, before: tuple[Config, ...], cls: int, i: int) -> tuple[Config, ...] | None:
+        """The attempts open after character ``i`` (class ``cls``), from those before it:
+        `scan_configs`'s loop, resumed where each attempt stood."""
+        out: list[Config] = []
+        index, att = 0, before[0]
+        while True:
+            matched, state = self.machine.step(att.state, cls)
+            rec = i if matched else att.pending
+            if state == ClassMachine.DEAD:
+                if rec is None or rec <= att.start:
+                    return None
+            else:
+                out.append(Config(att.splits, att.start, state, rec))
+                if rec is None or rec <= att.start:
+                    return tuple(out)  # the end (or an empty match, refused by `at`)
+            if matched:  # the attempt ends here: a new one starts with this character
+                att = Config((*att.splits, i), i, ClassMachine.INIT, None)
+            else:  # it ends at its pending match: the next attempt was already running
+                index += 1
+                att = before[index]
+
+
+def _hyp_order(h: Hyp) -> tuple[list[int], bool, int]:
+    return sorted(h.inner), h.at_end, h.stop or -1
+
+
+def pending_added(tok: BPETokenizer, text: str, partial: bytes) -> list[int]:
+    """Character offsets where a non-special added text may have begun and still be
+    completing (the rest of the prefix, ``partial`` included, is a proper prefix of it);
+    ``len(text)`` stands for a start inside the open character."""
+    tail = text.encode("utf-8") + partial
+    offsets = char_byte_offsets(text)
+    if not partial:
+        offsets.pop()
+    return [
+        k
+        for k, off in enumerate(offsets)
+        if any(len(a) > len(tail) - off and a.startswith(tail[off:]) for a in tok.added_bytes)
+    ]
+
+
+@dataclass
+class _Node:
+    path: tuple[int, ...]
+    pos: int
+    last: int | None
+    bounds: frozenset[int]  # byte offsets of token boundaries along the path (0 excluded)
+    hyps: tuple[Hyp, ...]
+    leaves: list[int] | np.ndarray = field(default_factory=list)
+    children: list[_Node] = field(default_factory=list)
+    token_at: dict[int, int] | None = None  # byte offset -> index in path (`_allow`, lazily)
+
+
+class _TailBuilder:
+    """Builds the tail of one region. ``prev``: the builder of the previous key's region;
+    where one region starts with the other, what depends only on their shared bytes is
+    taken over rather than worked out again (`_take_over`)."""
+
+    def __init__(self, engine: TailSource, region: bytes, prev: _TailBuilder | None = None) -> None:
+        self.engine = engine
+        self.tok = engine.tok
+        self.region = region
+        self.text, self.partial = split_utf8(region)
+        self.text_bytes = len(region) - len(self.partial)
+        self.byte_offs = char_byte_offsets(self.text)
+        self.char_at = {b: k for k, b in enumerate(self.byte_offs)}
+        self._classes: list[int] | None = None
+        self._steps: dict[int, list[tuple[int, int]]] = {}  # pos -> _tokens_from(pos)
+        self._after: dict[int, list[int]] = {}  # id(hypothesis) -> _splits_after(h)
+        self._configs: dict[int, list[Config] | None] = {}  # character offset -> _configs_at
+        self._scan: ConfigScan | None = None  # `_configs_at`, every prefix of the text
+        self._straddled: dict[tuple[int, ...], np.ndarray] = {}  # path -> table straddlers
+        # taken over from ``prev`` (never ``prev`` itself: builders would chain up)
+        self._prev_steps: tuple[dict[int, list[tuple[int, int]]], int] | None = None
+        self._prev_classes: list[int] = []
+        self._prev_straddled: dict[tuple[int, ...], np.ndarray] = {}
+        if prev is not None and prev.engine is engine:
+            self._take_over(prev)
+
+    def _take_over(self, prev: _TailBuilder) -> None:
+        """Keep what ``prev`` worked out that only depends on bytes both regions share.
+
+        Where one region starts with the other (a key typed, a backspace): the tokens that
+        spell the bytes from an offset (`_tokens_from`, trimmed or extended to the new
+        end), the character classes and `scan_configs` states of the shared characters.
+        Where the region only grew: the table-judged straddlers of a node (a path), whose
+        verdicts hold token by token (`_straddlers`).
+        """
+        old = prev.region
+        if not (self.region.startswith(old) or old.startswith(self.region)):
+            return
+        self._prev_steps = (prev._steps, len(old))
+        chars = min(len(self.text), len(prev.text))  # one text starts with the other
+        if prev._classes is not None:
+            self._prev_classes = prev._classes[:chars]
+        if prev._scan is not None:
+            self._scan = prev._scan.head(chars)
+        if len(self.region) >= len(old):
+            self._prev_straddled = prev._straddled
+
+    # hypotheses of where the pre-tokenizer splits, for text + continuation
+    def hyps_for(self, cont: str, cont_bytes: int) -> list[tuple[list[int], int]]:
+        """For each probe: split offsets (bytes) of text + cont + probe, and the end of cont."""
+        out = []
+        full = self.text + cont
+        end = self.text_bytes + cont_bytes
+        head = self.byte_offs[:-1]  # the text's character offsets, computed once per tree
+        for y in self.engine.split_probes if len(cont) < 4 else SHORT_PROBES:
+            offs = head + char_byte_offsets(cont + y, self.text_bytes)
+            bounds = [offs[e] for _, e in self.tok.pretokenizer.spans(full + y)]
+            out.append((bounds, end))
+        return out
+
+    def region_hyps(self) -> tuple[Hyp, ...]:
+        """Every pre-tokenization of the region that some continuation gives, in a fixed
+        order."""
+        probed, added = self._probe_hyps(), self._added_hyps()
+        if not added:
+            return probed
+        return tuple(sorted({*probed, *added}, key=_hyp_order))
+
+    def _probe_hyps(self) -> tuple[Hyp, ...]:
+        """The splits of text + continuation + probe, for one continuation per class of
+        the open character's completions and every split probe.
+
+        Only splits inside the text matter (a split at offset n exists only where the
+        region ends on a character boundary), so this is `hyps_for` without mapping the
+        continuation's offsets. Where the class machine models the pre-tokenizer, splits
+        depend on the text only through its characters' classes (and their byte
+        lengths, for the offsets): typed identifiers of one shape share the answer, so
+        it is kept by that shape.
+        """
+        key = None
+        if self.engine.machine is not None and len(self.text) <= HYPS_MEMO_CHARS:
+            key = (tuple(self._class_list()), tuple(self.byte_offs), self.partial)
+            hit = self.engine.hyps_memo.get(key)
+            if hit is not None:
+                return hit
+        n, m, offs = len(self.region), len(self.text), self.byte_offs
+        spans = self.tok.pretokenizer.spans
+        found: set[Hyp] = set()
+        for c in self.engine.class_reps(self.partial) if self.partial else [""]:
+            for y in self.engine.split_probes if len(c) < 4 else SHORT_PROBES:
+                ends = [e for _, e in spans(self.text + c + y) if e <= m]
+                inner = frozenset(b for b in (offs[e] for e in ends) if 0 < b < n)
+                found.add(Hyp(inner, not self.partial and m in ends))
+        got = tuple(sorted(found, key=_hyp_order))
+        if key is not None:
+            if len(self.engine.hyps_memo) >= HYPS_MEMO_SIZE:
+                self.engine.hyps_memo.clear()
+            self.engine.hyps_memo[key] = got
+        return got
+
+    def _added_hyps(self) -> list[Hyp]:
+        """One hypothesis per place where a non-special added text may have begun: the
+        text before it is encoded as a whole text (the encoder matches added text first)."""
+        out = []
+        for k in pending_added(self.tok, self.text, self.partial):
+            head = self.text[:k]
+            stop = self.byte_offs[k] if k < len(self.text) else self.text_bytes
+            offs = char_byte_offsets(head)
+            bounds = [offs[e] for _, e in self.tok.pretokenizer.spans(head)]
+            out.append(Hyp(frozenset(b for b in [*bounds, stop] if b > 0), False, stop))
+        return out
+
+    def run(self) -> tuple[tuple[int, ...], list[TailNode]]:
+        root = _Node((), 0, None, frozenset(), self.region_hyps())
+        self._expand(root)
+        self._prune(root)
+        trunk: list[int] = []
+        node = root
+        while not len(node.leaves) and len(node.children) == 1:
+            node = node.children[0]
+            trunk.append(node.path[-1])
+        out: list[TailNode] = []
+        self._collect(node, len(trunk), out)
+        return tuple(trunk), out
+
+    def _collect(self, node: _Node, skip: int, out: list[TailNode]) -> None:
+        leaves = node.leaves
+        if not isinstance(leaves, np.ndarray):
+            leaves = np.unique(np.asarray(leaves, dtype=np.int64))
+        out.append(TailNode(node.path[skip:], node.pos == len(self.region), leaves))
+        for child in node.children:
+            self._collect(child, skip, out)
+
+    def _prune(self, node: _Node) -> bool:
+        node.children = [c for c in node.children if self._prune(c)]
+        return bool(len(node.leaves) or node.children)
+
+    # ------------------------------------------------------------ expansion
+    def _expand(self, node: _Node) -> None:
+        n = len(self.region)
+        if node.pos == n:
+            node.leaves = self._spelled(self._end_children(node))
+            return
+        gates = self._gates(node)
+        reach = max((limit for _, limit, _ in gates), default=-1)
+        steps = self._tokens_from(node.pos)
+        if len(steps) >= MASKED_STEPS_MIN and not any(split for _, _, split in gates):
+            steps = self._pair_valid_steps(node, steps)
+        for t, end in steps:
+            if end > reach:
+                break  # tokens come shortest first: every longer one crosses a split too
+            hyps = self._inner_ok(node, t, end, gates)
+            if hyps:
+                child = _Node(node.path + (t,), end, t, node.bounds | {end}, hyps)
+                node.children.append(child)
+                self._expand(child)
+        node.leaves = self._spelled(self._straddlers(node))
+
+    def _spelled(self, leaves: list[int] | np.ndarray) -> list[int] | np.ndarray:
+        """``leaves`` less the tokens that hold a byte the vocabulary has no token for
+        (``Engine.holds_missing``): no canonical sequence spells such a byte."""
+        holds = self.engine.holds_missing
+        if holds is None:
+            return leaves
+        if isinstance(leaves, np.ndarray):
+            return leaves[~holds[leaves]]
+        return [t for t in leaves if not holds[t]]
+
+    def _tokens_from(self, pos: int) -> list[tuple[int, int]]:
+        """(token, end) for every token that spells the region's bytes from ``pos`` on
+        (the same for every node at ``pos``: whitespace runs have many)."""
+        got = self._steps.get(pos)
+        if got is None:
+            top = min(self.engine.max_token_len, len(self.region) - pos)
+            got = self._prev_tokens_from(pos, top)
+            if got is None:
+                got = self._spell_from(pos, 0, top)
+            self._steps[pos] = got
+        return got
+
+    def _spell_from(self, pos: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """(token, end) for the tokens of ``lo + 1`` to ``hi`` bytes at ``pos``."""
+        get, region = self.tok.bytes_to_id.get, self.region
+        ids = ((get(region[pos : pos + k]), pos + k) for k in range(lo + 1, hi + 1))
+        return [(t, end) for t, end in ids if t is not None]
+
+    def _prev_tokens_from(self, pos: int, top: int) -> list[tuple[int, int]] | None:
+        """`_tokens_from` of the previous region at ``pos`` (the bytes it read are shared),
+        cut or extended to this region's end; None where it was not asked."""
+        if self._prev_steps is None:
+            return None
+        steps, old_n = self._prev_steps
+        old = steps.get(pos)
+        if old is None:
+            return None
+        old_top = min(self.engine.max_token_len, old_n - pos)
+        if old_top == top:
+            return old
+        if old_top > top:
+            return [step for step in old if step[1] <= pos + top]
+        return old + self._spell_from(pos, old_top, top)
+
+    def _pair_valid_steps(self, node: _Node, steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """``steps`` less the tokens that cannot follow the node's token inside a
+        pre-token (one mask gather, not a `pair_valid` per token): where no hypothesis
+        splits at the node, `_inner_ok` refuses them all."""
+        assert node.last is not None  # a split at offset 0 always: the root never gets here
+        succ = self.engine.validity.successors(node.last)
+        ok = succ[[t for t, _ in steps]].tolist()
+        return list(itertools.compress(steps, ok))
+
+    def _splits_after(self, h: Hyp) -> list[int]:
+        """For each offset ``pos`` of the region, the first split of ``h`` inside the
+        region after it (``len(region) + 1`` when there is none), made once per tree.
+
+        Kept by ``id(h)``: a tree's hypotheses are the root's objects (a node keeps a
+        subset of its parent's), alive as long as the builder, and hashing a `Hyp` rehashes
+        its fields."""
+        got = self._after.get(id(h))
+        if got is None:
+            n = len(self.region)
+            got, nxt = [0] * (n + 1), n + 1
+            for pos in range(n, -1, -1):
+                got[pos] = nxt
+                if pos in h.inner:
+                    nxt = pos
+            self._after[id(h)] = got
+        return got
+
+    def _is_split(self, h: Hyp, pos: int) -> bool:
+        return pos == 0 or pos in h.inner or (pos == len(self.region) and h.at_end)
+
+    def _gates(self, node: _Node) -> list[tuple[Hyp, int, bool]]:
+        """Per hypothesis of ``node``: (it, the furthest end a token from ``node.pos`` may
+        have under it, whether a pre-token starts at ``node.pos``). Worked out once per node
+        rather than once per token from it (whitespace runs have many)."""
+        pos, n = node.pos, len(self.region)
+        gates = []
+        for h in node.hyps:
+            after = self._after.get(id(h)) or self._splits_after(h)
+            limit = after[pos] if h.stop is None else min(after[pos], h.stop)
+            split = pos == 0 or pos in h.inner or (pos == n and h.at_end)  # _is_split
+            gates.append((h, limit, split))
+        return gates
+
+    def _inner_ok(
+        self, node: _Node, t: int, end: int, gates: list[tuple[Hyp, int, bool]] | None = None
+    ) -> tuple[Hyp, ...]:
+        """Hypotheses under which token ``t`` (inside the region) may follow ``node``
+        (``gates``: `_gates` of ``node``, when the caller keeps them)."""
+        keep = []
+        pair_ok = None
+        for h, limit, split in self._gates(node) if gates is None else gates:
+            if end > limit:
+                continue  # t would cross a split (or reach past an added text's start)
+            if split:
+                if not self._starts_pretoken(h, node.pos, t, end):
+                    continue
+            else:  # the same verdict under every hypothesis: asked once
+                if pair_ok is None:
+                    pair_ok = self.engine.validity.pair_valid(node.last, t)  # type: ignore[arg-type]
+                if not pair_ok:
+                    continue
+            keep.append(h)
+        return tuple(keep)
+
+    def _starts_pretoken(self, h: Hyp, pos: int, t: int, end: int) -> bool:
+        """May ``t`` be the first token of the pre-token that starts at ``pos``?"""
+        if not self.tok.ignore_merges:
+            return bool(self.tok.reachable[t])
+        n = len(self.region)
+        nxt: int | None = self._splits_after(h)[pos]
+        if nxt > n:  # type: ignore[operator]
+            nxt = n if h.at_end else None
+        if nxt is not None and self.region[pos:nxt] in self.tok.bytes_to_id:
+            return end == nxt  # ignore_merges emits a whole in-vocabulary pre-token as one token
+        if not self.tok.reachable[t]:
+            return nxt is not None and end == nxt
+        return True
+
+    # ------------------------------------------------------- one path only
+    def covers(self, rest: list[int]) -> bool:
+        """:meth:`VCT.covers` below the settled trunk: ``rest`` walked from the root."""
+        node = _Node((), 0, None, frozenset(), self.region_hyps())
+        for i, t in enumerate(rest):
+            data = self.tok.token_bytes[t]
+            if data is None:
+                return False  # a special token is never text
+            end = node.pos + len(data)
+            if end > len(self.region):
+                return i == len(rest) - 1 and self.is_leaf(node, t)
+            if self.region[node.pos : end] != data:
+                return False
+            hyps = self._inner_ok(node, t, end)
+            if not hyps:
+                return False
+            node = _Node((*node.path, t), end, t, node.bounds | {end}, hyps)
+        return node.pos == len(self.region)
+
+    def is_leaf(self, node: _Node, t: int) -> bool:
+        """``t in`` the leaves of ``node`` (``_straddlers`` / ``_end_children`` asked about
+        one candidate)."""
+        data = self.tok.token_bytes[t] or b""
+        rest = self.region[node.pos :]
+        one = np.array([t], dtype=np.int64)
+        if self.engine.holds_missing is not None and self.engine.holds_missing[t]:
+            return False  # never offered (`_spelled`)
+        if rest:
+            if not data.startswith(rest) or len(data) <= len(rest):
+                return False
+            got = self._table_leaves(node, one)
+            return t in (got if got is not None else self._exact_leaves(node, [t], len(rest)))
+        if self.partial:
+            return 0x80 <= data[0] < 0xC0 and bool(self._exact_leaves(node, [t], 0))
+        got = self._table_leaves(node, one)
+        return t in (got if got is not None else self._head_key_leaves(node, only=t))
+
+    # -------------------------------------------------------------- leaves
+    def _straddlers(self, node: _Node) -> list[int] | np.ndarray:
+        """Tokens that cover the rest of the region from ``node`` and reach past it."""
+        rest = self.region[node.pos :]
+        if len(rest) >= self.engine.max_token_len:  # away from the region's end: no token
+            return np.zeros(0, dtype=self.engine.sorted_ids.dtype)  # reaches past it
+        lo, hi = self.engine.token_range(rest)
+        old = self._prev_straddled.get(node.path)
+        if old is not None:  # the previous region's straddlers here, judged by the tables
+            got = self._still_straddling(old, lo, hi, len(rest))
+            self._straddled[node.path] = got
+            return got
+        ids = self.engine.sorted_ids[lo:hi][self.engine.sorted_len[lo:hi] > len(rest)]
+        if not len(ids):
+            return ids  # the usual case away from the region's end: no token reaches past it
+        got = self._table_leaves(node, ids)
+        if got is not None:
+            self._straddled[node.path] = got
+            return got
+        return self._exact_leaves(node, ids.tolist(), len(rest))
+
+    def _still_straddling(self, old: np.ndarray, lo: int, hi: int, rest: int) -> np.ndarray:
+        """The tokens of ``old`` (sorted ids) that still spell the rest of the region
+        (``rest`` bytes, the tokens ``lo:hi`` in byte order) and reach past it.
+
+        A table verdict on a token at a node holds whatever the region's end (it reads the
+        bytes up to the node and the token's own), and the region only grew: the previous
+        region's straddlers at the same path that still straddle are this one's. Found
+        through each token's place in byte order: no set operation on the candidates (a
+        node one space before the end has tens of thousands)."""
+        places = self.engine.tail_cache.places(self.engine.sorted_ids)[old]  # never -1: leaves
+        keep = (places >= lo) & (places < hi)  # of a straddler are text tokens
+        return old[keep & (self.engine.sorted_len[places] > rest)]
+
+    def _end_children(self, node: _Node) -> list[int] | np.ndarray:
+        if self.partial:  # only tokens that go on with the open character
+            return self._exact_leaves(node, self.engine.continuing(self.partial).tolist(), 0)
+        got = self._table_leaves(node, None)
+        if got is not None:
+            return got
+        return self._head_key_leaves(node)
+
+    # ------------------------------------------------------- exact tables
+    def _table_leaves(self, node: _Node, cands: np.ndarray | None) -> np.ndarray | None:
+        """Leaves at ``node`` from the engine's :class:`LeafTables` (exact); None where
+        they do not apply (no class machine, a node inside a character, added text).
+        ``cands``: judge only these tokens (a straddler's few), not the whole vocabulary."""
+        tables, k = self.engine.tables, self.char_at.get(node.pos)
+        if tables is None or k is None:
+            return None
+        configs = self._configs_at(k)
+        if configs is None:
+            return None
+        verdict = self._config_verdicts(tables, node, configs, k, cands)
+        if self.tok.added_text:
+            exact = tables.needs_exact | self._added_boundary(node.pos)
+            blocked = exact | tables.norm_bad
+            check = np.flatnonzero(exact) if cands is None else cands[exact[cands]]
+        else:  # the usual case: both masks are fixed per tokenizer
+            blocked, check = tables.blocked, tables.exact_ids
+            if cands is not None:
+                check = cands[tables.needs_exact[cands]]
+        verdict &= ~(blocked if cands is None else blocked[cands])
+        skip = len(self.region) - node.pos
+        good = [t for t in check.tolist() if self._exact_one(node, t, skip)]
+        if cands is None:
+            verdict[good] = True
+            return np.flatnonzero(verdict)
+        if not good:  # the usual case
+            return np.sort(cands[verdict])
+        return np.sort(np.concatenate([cands[verdict], np.asarray(good, dtype=cands.dtype)]))
+
+    def _configs_at(self, k: int) -> list[Config] | None:
+        """`scan_configs` of the text's first ``k`` characters (None where the tables do not
+        apply: no class machine, added text), once per tree: nodes at one offset share it."""
+        if k in self._configs:
+            return self._configs[k]
+        machine, got = self.engine.machine, None
+        if machine is not None and not self._has_added(self.text[:k]):
+            if self._scan is None:
+                self._scan = ConfigScan(machine)
+            got = self._scan.at(k, self._class_list())
+        self._configs[k] = got
+        return got
+
+    def _class_list(self) -> list[int]:
+        """The class machine's class of every character of the text (those of the
+        previous region's shared characters taken over)."""
+        if self._classes is None:
+            machine, head = self.engine.machine, self._prev_classes
+            assert machine is not None
+            self._classes = head + machine.classes(self.text[len(head) :])
+        return self._classes
+
+    def _config_verdicts(
+        self,
+        tables: LeafTables,
+        node: _Node,
+        configs: list[Config],
+        k: int,
+        cands: np.ndarray | None,
+    ) -> np.ndarray:
+        """Table verdicts (bool) over ``cands``, or over the whole vocabulary when None."""
+
+        def pick(mask: np.ndarray) -> np.ndarray:
+            return mask.copy() if cands is None else mask[cands]
+
+        if configs[0][1] == k:  # the region ends on a split: a fresh pre-token
+            return pick(tables.fresh_tok)
+        verdict = np.zeros(self.tok.size if cands is None else len(cands), dtype=bool)
+        succ = self.engine.validity.successors(node.last) if node.last is not None else None
+        chain = tuple(c[2] for c in configs)
+        for n, ((splits, s, _, _), (a_tok, b_tok)) in enumerate(
+            zip(configs, tables.masks(chain), strict=True)
+        ):
+            allow_a, allow_b = self._allow(node, splits, s)
+            if allow_a:
+                verdict |= a_tok if cands is None else a_tok[cands]
+            if allow_b and succ is not None:
+                ok = b_tok & succ if cands is None else b_tok[cands] & succ[cands]
+                bad = self._whole_open(self.region[self.byte_offs[s] : node.pos])
+                if len(bad.ids):  # none without ignore_merges
+                    self._drop_whole_words(tables, chain, n, bad, b_tok, succ, ok, cands)
+                verdict |= ok
+        return verdict
+
+    @staticmethod
+    def _drop_whole_words(
+        tables: LeafTables,
+        chain: tuple,
+        n: int,
+        bad: WholeWords,
+        b_tok: np.ndarray,
+        succ: np.ndarray,
+        ok: np.ndarray,
+        cands: np.ndarray | None,
+    ) -> None:
+        """Clear in ``ok`` the tokens whose whole word with the open attempt is a token of
+        its own for every probe ending (`LeafTables.continues` says no)."""
+        # continues() is b_tok's condition with some probe endings left out, so
+        # only tokens b_tok & succ keeps can lose their verdict here
+        live = np.flatnonzero(b_tok[bad.ids] & succ[bad.ids]).tolist()
+        drop = [
+            t
+            for t, exts in ((int(bad.ids[i]), bad.exts[i]) for i in live)
+            if not tables.continues(chain, n, t, exts)
+        ]
+        if drop:
+            ok[drop if cands is None else np.isin(cands, drop)] = False
+
+    def _allow(self, node: _Node, splits: tuple[int, ...], s: int) -> tuple[bool, bool]:
+        """May the path be the encoding of the region's pre-tokens before the open attempt
+        (A: the attempt ends at the node, B: it goes on into the child)?"""
+        index = node.token_at
+        if index is None:  # a node is asked once per configuration: made once
+            lengths = (len(self.tok.token_bytes[t] or b"") for t in node.path)
+            ends = itertools.accumulate(lengths)
+            index = node.token_at = {0: 0} | {e: i + 1 for i, e in enumerate(ends)}
+        cuts = [0, *(self.byte_offs[c] for c in splits)]
+        if any(c not in index for c in cuts):
+            return False, False
+        for a, b in itertools.pairwise(cuts):
+            if not self._is_bpe_of(node.path[index[a] : index[b]], self.region[a:b]):
+                return False, False
+        s_b = self.byte_offs[s]
+        open_toks = node.path[index[s_b] :]
+        allow_a = self._is_bpe_of(open_toks, self.region[s_b : node.pos])
+        return allow_a, self._valid_run(open_toks)
+
+    def _is_bpe_of(self, toks: tuple[int, ...], word: bytes) -> bool:
+        """``tok.encode_word(word) == toks`` for tokens that spell ``word``, without BPE
+        (quadratic in the word: 2 ms for a 200-byte open pre-token, new at every key). By
+        the pairwise theorem, as :mod:`.partial_leaves` judges it: the BPE of a word is
+        the sequence that spells it whose first token is reachable and whose adjacent pairs
+        are valid; under ignore_merges a word that is a token is that token."""
+        if self.tok.ignore_merges:
+            whole = self.tok.bytes_to_id.get(word)
+            if whole is not None:
+                return toks == (whole,)
+        return self._valid_run(toks) if toks else not word
+
+    def _valid_run(self, toks: tuple[int, ...]) -> bool:
+        """Can ``toks`` start the BPE of a longer pre-token (pairwise theorem)?"""
+        if not toks or not self.tok.reachable[toks[0]]:
+            return False
+        return all(self.engine.validity.pair_valid(a, b) for a, b in itertools.pairwise(toks))
+
+    def _whole_open(self, head: bytes) -> WholeWords:
+        """Under ignore_merges: tokens T, with the endings ``e``, for which ``head + T + e``
+        is itself a token (the encoder would emit that one token instead)."""
+        if not self.tok.ignore_merges:
+            return NO_WHOLE_WORDS
+        return self.engine.whole_words(head)
+
+    def _has_added(self, text: str) -> bool:
+        return any(a in text for a in self.tok.added_text)
+
+    def _added_boundary(self, pos: int) -> np.ndarray:
+        """Tokens that would complete a non-special added text begun before ``pos``."""
+        out = np.zeros(self.tok.size, dtype=bool)
+        head = self.region[:pos]
+        for text in self.tok.added_text:
+            a = text.encode("utf-8")
+            for k in range(1, len(a)):
+                if head.endswith(a[:k]):
+                    lo, hi = self.engine.token_range(a[k:])
+                    out[self.engine.sorted_ids[lo:hi]] = True
+                    for j in range(1, len(a) - k + 1):
+                        t = self.tok.bytes_to_id.get(a[k : k + j])
+                        if t is not None:
+                            out[t] = True
+        return out
+
+    def _exact_one(self, node: _Node, t: int, skip: int) -> bool:
+        data = self.region + self.tok.token_bytes[t][skip:]  # type: ignore[index]
+        return self._extends_canonically(node.path + (t,), data)
+
+    def _exact_leaves(self, node: _Node, cands: list[int], skip: int) -> list[int]:
+        """The candidates that extend ``node`` canonically, checked by encoding.
+
+        A cheap necessary condition goes first: a token that cannot start a
+        pre-token at ``node.pos`` must be a valid successor of the node's token.
+        """
+        may_split = node.pos == 0 or any(self._is_split(h, node.pos) for h in node.hyps)
+        succ = self.engine.validity.successors(node.last) if node.last is not None else None
+        out = []
+        for t in cands:
+            if not (
+                (may_split and self.engine.starts_ok[t])
+                or (succ is not None and succ[t])
+                or self.engine.is_added[t]
+            ):
+                continue
+            data = self.region + self.tok.token_bytes[t][skip:]  # type: ignore[index]
+            if self._extends_canonically(node.path + (t,), data):
+                out.append(t)
+        return out
+
+    def _extends_canonically(self, seq: tuple[int, ...], data: bytes) -> bool:
+        return self.engine.extends_canonically(seq, data)
+
+    def _leaf_verdicts(
+        self, node: _Node, extra: str, extra_bytes: int, truncated: bool = False
+    ) -> tuple[bool, bool]:
+        """(may start a new pre-token at node.pos, may continue the open one) for a leaf
+        whose bytes beyond the region decode to ``extra``. When ``extra`` stands for a longer
+        token (``truncated``), a split before its last character is an artefact of the cut
+        (a greedy run would go on) and is not held against it."""
+        ok_new = ok_cont = False
+        n = len(self.region)
+        for bounds, end in self.hyps_for(extra, extra_bytes):
+            if truncated:
+                end -= len(extra[-1].encode("utf-8"))
+            inner = {b for b in bounds if 0 < b < n}
+            if any(b > node.pos and b not in node.bounds for b in inner):
+                continue  # a split inside the region that the path does not honour
+            if any(node.pos < b < end for b in bounds):
+                continue  # the leaf would cross a split
+            needed = {b for b in inner if b <= node.pos}
+            if not needed <= node.bounds | {0}:
+                continue
+            if node.pos == 0 or node.pos in bounds:
+                ok_new = True
+            else:
+                ok_cont = True
+        return ok_new, ok_cont
+
+    def _head_key_leaves(self, node: _Node, only: int | None = None) -> list[int]:
+        """The head-key shortcut (not exact): tokens grouped by the classes of their first
+        4 characters, one verdict per group. Only for pre-tokenizers the class machine
+        does not model. ``only``: judge that one token (its group's verdict alone)."""
+        engine = self.engine
+        keys, reps, long_key, irregular, irregular_ids = engine.head_keys()
+        ok_new = np.zeros(len(reps) + 1, dtype=bool)  # last slot: tokens with key -1 (never)
+        ok_cont = np.zeros(len(reps) + 1, dtype=bool)
+        groups = range(len(reps)) if only is None else [k for k in [int(keys[only])] if k >= 0]
+        for k in groups:
+            rep, long = reps[k], bool(long_key[k])
+            ok_new[k], ok_cont[k] = self._leaf_verdicts(node, rep, len(rep.encode("utf-8")), long)
+        mask = ok_new[keys] & engine.starts_ok & engine.tail_ok
+        if node.last is not None:
+            mask |= ok_cont[keys] & engine.validity.successors(node.last)
+        mask &= (keys >= 0) & engine.whole_ok & ~irregular
+        exact_cands = irregular_ids + engine.added_ids
+        if only is not None:
+            exact_cands = [only] if only in exact_cands else []
+            return [only] if mask[only] or self._exact_leaves(node, exact_cands, 0) else []
+        exact = self._exact_leaves(node, exact_cands, 0)
+        return sorted(np.flatnonzero(mask).tolist() + exact)
