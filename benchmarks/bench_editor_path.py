@@ -475,7 +475,7 @@ def report_split(keys: list[Key]) -> None:
 # ---------------------------------------------------------------------- in-process profile
 async def profile(text: str, args: argparse.Namespace) -> None:
     """The same kind of keys through the server's Controller in process, under cProfile."""
-    from midword.server.controller import Controller, _Asked
+    from midword.server.controller import Controller
     from midword.server.document import Range
 
     controller = Controller()
@@ -490,9 +490,7 @@ async def profile(text: str, args: argparse.Namespace) -> None:
     controller.change(URI, 2, [(Range(line, column, line, len(indent) + len(code)), "")])
 
     async def ask() -> None:
-        doc = controller.documents[URI]
-        asked = _Asked.at(doc, doc.last_edit)
-        await controller._run(asked, controller._scope(asked, "auto"), 1)
+        await controller.answer_at_last_edit(URI)
 
     await ask()  # the window's first prefill
     # CPU time of the profiled thread: on a shared machine wall time mostly counts waits
@@ -503,9 +501,9 @@ async def profile(text: str, args: argparse.Namespace) -> None:
         column += 1
         # every model call, tree and sample runs on the host's worker thread: profile it there
         # (the event loop's share is the LSP overhead measured over stdio)
-        controller.host._worker.submit(profiler.enable).result()
+        controller.host.run_on_worker(profiler.enable)
         await ask()
-        controller.host._worker.submit(profiler.disable).result()
+        controller.host.run_on_worker(profiler.disable)
     seconds = time.perf_counter() - started
     controller.shutdown()
     print(

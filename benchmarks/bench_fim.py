@@ -24,7 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from midword.engine import TEMPLATES, HFSession, Settings, load_engine, load_hf_model
+from midword.engine import (
+    TEMPLATES,
+    ForwardDone,
+    Settings,
+    load_engine,
+    load_hf_model,
+    observe_forwards,
+)
 from midword.server.document import split_lines
 from midword.server.live import SingleModel
 from midword.server.scope import suffix_window
@@ -39,20 +46,14 @@ SETTINGS = Settings(max_tokens=8)  # greedy, as an automatic inline request
 
 
 class ForwardClock:
-    """Seconds spent in the model's forward passes (HFSession._apply)."""
+    """Seconds spent in the model's forward passes (`observe_forwards`)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        original = HFSession._apply
+        observe_forwards(self._add)
 
-        def timed(session: HFSession, step):  # noqa: ANN001, ANN202
-            started = time.perf_counter()
-            try:
-                return original(session, step)
-            finally:
-                self.seconds += time.perf_counter() - started
-
-        HFSession._apply = timed  # type: ignore[method-assign]
+    def _add(self, done: ForwardDone) -> None:
+        self.seconds += done.seconds
 
 
 def random_fim_model(folder: Path) -> Path:

@@ -107,21 +107,16 @@ def tokenizer_size(path: Path) -> int:
 def serve(argv: list[str]) -> int:
     """`midword serve`, with every forward step of the model appended to $FORWARD_LOG_ENV as
     ``start end tokens`` (time.monotonic seconds: one clock for both processes)."""
-    from midword.engine import HFSession
+    from midword.engine import ForwardDone, observe_forwards
 
     from midword import cli
 
     log = open(os.environ[FORWARD_LOG_ENV], "a", buffering=1, encoding="utf-8")  # noqa: SIM115
-    original = HFSession._apply
 
-    def timed(session: HFSession, step: Any) -> Any:
-        started = time.monotonic()
-        try:
-            return original(session, step)
-        finally:
-            log.write(f"{started:.6f} {time.monotonic():.6f} {len(step.tokens)}\n")
+    def write(done: ForwardDone) -> None:
+        log.write(f"{done.started:.6f} {done.ended:.6f} {done.tokens}\n")
 
-    HFSession._apply = timed  # type: ignore[method-assign]
+    observe_forwards(write)
     return cli.main(["serve", *argv])
 
 

@@ -46,8 +46,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from midword.engine import HFSession
-from midword.server.controller import Controller, _Asked
+from midword.engine import ForwardDone, observe_forwards
+from midword.server.controller import Controller
 from midword.server.document import Range
 from midword.server.worker import Answer
 
@@ -58,24 +58,18 @@ URI = "file:///bench/replay.py"
 
 
 class ForwardClock:
-    """Total seconds spent in the model's forward passes (HFSession._apply): wall clock,
+    """Total seconds spent in the model's forward passes (`observe_forwards`): wall clock,
     and CPU time of the calling thread (torch runs on it: the server sets 1 thread on a
     2-core machine)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.cpu_seconds = 0.0
-        original = HFSession._apply
+        observe_forwards(self._add)
 
-        def timed(session: HFSession, step):  # noqa: ANN001, ANN202
-            started, cpu = time.perf_counter(), time.thread_time()
-            try:
-                return original(session, step)
-            finally:
-                self.seconds += time.perf_counter() - started
-                self.cpu_seconds += time.thread_time() - cpu
-
-        HFSession._apply = timed  # type: ignore[method-assign]
+    def _add(self, done: ForwardDone) -> None:
+        self.seconds += done.seconds
+        self.cpu_seconds += done.cpu_seconds
 
 
 class WorkerCPU:
@@ -87,7 +81,7 @@ class WorkerCPU:
     """
 
     def __init__(self, controller: Controller) -> None:
-        thread = controller.host._worker._thread
+        thread = controller.host.worker_thread
         self._clock = time.pthread_getcpuclockid(thread.ident)
 
     @property
@@ -147,9 +141,7 @@ async def keystroke(controller: Controller, text: str, line: int, col: int, vers
     """One typed character then an Automatic inline request; returns (seconds, answer)."""
     started = time.perf_counter()
     controller.change(URI, version, [(Range(line, col, line, col), text)])
-    doc = controller.documents[URI]
-    asked = _Asked.at(doc, doc.last_edit)
-    answer = await controller._run(asked, controller._scope(asked, "auto"), 1)
+    answer = await controller.answer_at_last_edit(URI)
     return time.perf_counter() - started, answer
 
 
@@ -180,7 +172,7 @@ async def replay(
     rows = []
     for ch in typed:
         if rebuild:
-            controller.host._documents.clear()  # no live VCT, no KV cache: a cold request
+            controller.host.forget_documents()  # no live VCT, no KV cache: a cold request
         version += 1
         forward, forward_cpu = clock.seconds, clock.cpu_seconds
         worker_cpu, loop_cpu = worker.seconds if worker else 0.0, time.thread_time()

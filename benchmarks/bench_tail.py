@@ -51,7 +51,7 @@ def _path(name: str) -> Path:
 def key_times(engine: object, run: bytes, upto: int, lead: bytes = LEAD) -> list[float]:
     """Seconds of ``tree()`` after each key of ``run[:upto]`` (after ``lead``)."""
     engine.tail_cache.clear()  # type: ignore[attr-defined]
-    engine.tok._bpe_cached.cache_clear()  # type: ignore[attr-defined]
+    engine.tok.clear_bpe_memo()  # type: ignore[attr-defined]
     vct = VCT(engine)  # type: ignore[arg-type]
     vct.push_bytes(lead)
     vct.tree()

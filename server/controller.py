@@ -234,6 +234,14 @@ class Controller:
             log.debug("%s changed before the answer: dropped", asked.doc.uri)
         return current
 
+    async def answer_at_last_edit(self, uri: str, multiline: str = "auto") -> Answer:
+        """The model's answer at the cursor of ``uri``'s last edit, with no debounce and
+        no typing-through reuse: one request as the editor path runs it (benchmarks time
+        the server's own share of a keystroke with it)."""
+        doc = self.documents[uri]
+        asked = _Asked.at(doc, doc.last_edit)
+        return await self._run(asked, self._scope(asked, multiline), 1)
+
     def _scope(self, asked: _Asked, policy: str) -> Scope:
         # Special and added tokens' text must never be inserted, even spelled out in bytes.
         specials = self.host.special_texts()

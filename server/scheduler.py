@@ -93,6 +93,11 @@ class Scheduler:
         _RUNNING.add(self)
 
     # ------------------------------------------------------------------ posting work
+    @property
+    def thread(self) -> threading.Thread:
+        """The one thread that runs every job."""
+        return self._thread
+
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         """Run ``fn(*args)`` ahead of requests and background work."""
         job = _Job(fn, args)

@@ -142,6 +142,19 @@ class ModelHost:
         # then give way (the event loop shares the interpreter with this thread).
         self.backlog: Callable[[], bool] = lambda: False
 
+    @property
+    def worker_thread(self) -> threading.Thread:
+        """The thread every model call, tree and sample runs on."""
+        return self._worker.thread
+
+    def run_on_worker(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the model's worker thread, after what is queued there; its result."""
+        return self._worker.submit(fn).result()
+
+    def forget_documents(self) -> None:
+        """Drop every document's live tree and KV cache (the next request starts cold)."""
+        self.run_on_worker(self._documents.clear)
+
     # ------------------------------------------------------------------ status
     @property
     def ready(self) -> bool:

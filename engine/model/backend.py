@@ -37,6 +37,7 @@ Importing this module does not import torch or transformers.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -54,13 +55,49 @@ __all__ = [
     "BackendError",
     "FakeModel",
     "FakeSession",
+    "ForwardDone",
     "ForwardStep",
     "ForwardStopped",
     "ScoringModel",
     "ScoringSession",
     "TokenPath",
     "TreeScoringSession",
+    "observe_forwards",
 ]
+
+
+@dataclass(frozen=True)
+class ForwardDone:
+    """One forward step of a tree-scoring session, as `observe_forwards` reports it."""
+
+    started: float  # time.monotonic() seconds
+    ended: float
+    cpu_seconds: float  # CPU time of the thread that ran it (the model's worker)
+    tokens: int  # tokens evaluated
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+
+_FORWARD_OBSERVERS: list[Callable[[ForwardDone], None]] = []
+
+
+def observe_forwards(observer: Callable[[ForwardDone], None]) -> Callable[[], None]:
+    """Call ``observer`` after every forward step of every tree-scoring session (any
+    backend, any thread) until the returned function is called: how benchmarks tell the
+    model's time from the rest without patching a session class.
+
+    Example:
+        >>> seen = []
+        >>> stop = observe_forwards(seen.append)
+        >>> _ = FakeModel(20).session(bos_id=0).logprobs([3, 4], [()])
+        >>> stop()
+        >>> [d.tokens for d in seen]
+        [3]
+    """
+    _FORWARD_OBSERVERS.append(observer)
+    return lambda: _FORWARD_OBSERVERS.remove(observer)
 
 
 @runtime_checkable
@@ -482,7 +519,7 @@ class TreeScoringSession(ABC):
             self._ctx, self._nodes, set(self._lp), ctx, wanted, self.trunk_logits_window, lcp
         ).build()
         try:
-            new_lp = self._apply(plan.step)
+            new_lp = self._timed_apply(plan.step)
         except ForwardStopped:
             self._keep_leading_rows(plan.step.keep)
             raise
@@ -491,6 +528,19 @@ class TreeScoringSession(ABC):
             raise
         self._commit(ctx, trunk, plan, new_lp)
         return [self._lp[len(ctx) - 1 if not p else self._nodes[p]] for p in wanted]
+
+    def _timed_apply(self, step: ForwardStep) -> np.ndarray:
+        if not _FORWARD_OBSERVERS:
+            return self._apply(step)
+        started, cpu = time.monotonic(), time.thread_time()
+        try:
+            return self._apply(step)
+        finally:
+            done = ForwardDone(
+                started, time.monotonic(), time.thread_time() - cpu, len(step.tokens)
+            )
+            for observe in list(_FORWARD_OBSERVERS):
+                observe(done)
 
     def cached_trunk_len(self, trunk: Sequence[int]) -> int:
         """How many leading tokens of ``trunk`` the cache holds already (a call with this

@@ -397,7 +397,7 @@ class Completer:
             if out.before_step():
                 return out.result(None, made, started)
             row = self.session.logprobs(context, [()])[0]
-            allowed = self._compatible(need)
+            allowed = self.compatible_tokens(need)
             masked = np.full_like(row, float("-inf"))
             masked[allowed] = row[allowed]
             t = _pick(s.transform.apply(masked), s.transform.is_greedy, rng)
@@ -414,8 +414,9 @@ class Completer:
         made += self._generate(context, s, rng, out, budget=s.max_tokens - made)
         return out.result(None, made, started)
 
-    def _compatible(self, need: bytes) -> np.ndarray:
-        """Token ids whose bytes are a prefix of ``need`` or start with it."""
+    def compatible_tokens(self, need: bytes) -> np.ndarray:
+        """Token ids whose bytes are a prefix of ``need`` or start with it: what token
+        healing lets the first generated token be when ``need`` was backed off the prompt."""
         ids = [
             self.tok.bytes_to_id[need[:n]]
             for n in range(1, len(need))

@@ -157,6 +157,10 @@ class BPETokenizer:
                 return (whole,)
         return self._bpe_cached(word)
 
+    def clear_bpe_memo(self) -> None:
+        """Forget the memoized BPE of pre-tokens (benchmarks time cold encodings with it)."""
+        self._bpe_cached.cache_clear()
+
     def _bpe(self, word: bytes) -> tuple[int, ...]:
         if self.missing_bytes:  # dropped, as the real encoder drops a character it lacks
             word = bytes(b for b in word if b not in self.missing_bytes)

@@ -204,7 +204,7 @@ class Scorer:
         for _ in range(len(need) + 4):  # a character has at most 4 bytes
             row = self.session.logprobs(context, [()])[0]
             if need:
-                allowed = self.completer._compatible(need)  # the engine's healing rule
+                allowed = self.completer.compatible_tokens(need)  # the engine's healing rule
                 t = int(allowed[np.argmax(row[allowed])])
             else:
                 t = int(np.argmax(row))
