@@ -159,7 +159,7 @@ class Predictors:
     """One sampler per method over one loaded model (each keeps its own KV session)."""
 
     def __init__(self, model_dir: Path, device: str) -> None:
-        from midword.engine.model.hf_backend import load_hf_model
+        from midword.engine.model.hf_loading import load_hf_model
         from midword.engine.sample.fim import TEMPLATES, PromptedModel
         from midword.engine.sample.sampling import ByteSampler
         from midword.engine.tree.tables import load_engine

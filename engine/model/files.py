@@ -51,7 +51,7 @@ def storage_dtype(dtype: str, device: str = "auto") -> str:
         return dtype
     if device == "cpu":
         return "float32"
-    from .hf_backend import resolve_device
+    from .devices import resolve_device
 
     return "bfloat16" if resolve_device(device).type == "cuda" else "float32"
 

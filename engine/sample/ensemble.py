@@ -274,7 +274,7 @@ class Ensemble:
         ...
         ValueError: 1 weight for 2 models: give one weight per model
         """
-        from ..model.hf_backend import load_hf_model
+        from ..model.hf_loading import load_hf_model
         from ..tree.tables import load_engine
 
         check_weights(weights, len(dirs), combine)

@@ -31,13 +31,11 @@ from midword.engine.model.backend import TokenPath
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from midword.engine.model.hf_backend import (  # noqa: E402
-    CAUSAL_PREFILL_MIN,
+from midword.engine.model.hf_backend import CAUSAL_PREFILL_MIN, HFModel, HFSession  # noqa: E402
+from midword.engine.model.hf_loading import load_hf_model  # noqa: E402
+from midword.engine.model.tree_mask import (  # noqa: E402
     VERIFIED_ARCHITECTURES,
-    HFModel,
-    HFSession,
     TreeMaskPlan,
-    load_hf_model,
     tree_mask_plan,
 )
 

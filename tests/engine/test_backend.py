@@ -39,7 +39,8 @@ ARCHS = {"llama": 1000, "qwen2": 512, "qwen3": 300}  # architecture -> vocab siz
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from midword.engine.model.hf_backend import HFModel, HFSession, load_hf_model  # noqa: E402
+from midword.engine.model.hf_backend import HFModel, HFSession  # noqa: E402
+from midword.engine.model.hf_loading import load_hf_model  # noqa: E402
 from midword.engine.model.kvcache import KVCache  # noqa: E402
 
 from midword.testing.tiny_models import build_tiny_causal_lm, build_tiny_llama  # noqa: E402

@@ -151,7 +151,7 @@ def test_a_fim_prompt_gives_the_suffix_a_third_and_fits() -> None:
     """The shipped model (512 positions, qwen-spm): a long prefix and a long suffix. The
     suffix keeps its first whole lines, at most a third of the room; the prefix is cut
     to fit the rest; the answer is exactly the answer for that prompt."""
-    from midword.engine.model.hf_backend import load_hf_model
+    from midword.engine.model.hf_loading import load_hf_model
     from midword.engine.sample.fim import TEMPLATES, FimCompleter
     from midword.engine.tree.tables import load_engine
     from midword.server.live import SingleModel

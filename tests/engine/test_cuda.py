@@ -21,8 +21,9 @@ from midword.engine.errors import BackendError
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from midword.engine.model import hf_backend  # noqa: E402
-from midword.engine.model.hf_backend import HFModel, available_devices, resolve_device  # noqa: E402
+from midword.engine.model import devices, hf_loading  # noqa: E402
+from midword.engine.model.devices import available_devices, resolve_device  # noqa: E402
+from midword.engine.model.hf_backend import HFModel  # noqa: E402
 
 from .test_architectures import (  # noqa: E402
     CONFIGS,
@@ -86,7 +87,7 @@ def test_cuda_index_past_the_last_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_missing_mps_and_unknown_devices(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hf_backend, "_mps_available", lambda: False)
+    monkeypatch.setattr(devices, "_mps_available", lambda: False)
     with pytest.raises(BackendError, match="'mps' was asked for.*Apple silicon"):
         resolve_device("mps")
     with pytest.raises(BackendError, match="unknown device 'gpu'"):
@@ -96,7 +97,7 @@ def test_missing_mps_and_unknown_devices(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_load_on_a_missing_device_is_a_backend_error() -> None:
     with pytest.raises(BackendError, match="was asked for"):
-        hf_backend.load_hf_model("models/none", device=missing_cuda_device())
+        hf_loading.load_hf_model("models/none", device=missing_cuda_device())
 
 
 # --------------------------------------------------------------------------------------

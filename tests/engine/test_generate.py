@@ -145,7 +145,7 @@ def test_cli_reports_bad_input_in_one_line() -> None:
 def shipped(engine):
     """The shipped model itself: trained on canonical tokenizations, so a cut that the
     prompt pipeline gets wrong shows up in its greedy output."""
-    from midword.engine.model.hf_backend import load_hf_model
+    from midword.engine.model.hf_loading import load_hf_model
 
     return Completer(load_hf_model(str(DEFAULT), device="cpu", dtype="float32"), engine)
 

@@ -218,7 +218,7 @@ def test_pbp_solves_honour_ignore_eos(engine, solve) -> None:
 def test_lazy_solve_on_the_shipped_model_agrees_with_the_whole_tree(engine) -> None:
     """Through the real backend (tree attention, nodes asked one call at a time): greedy
     leaves equal, sampled leaves follow the exact leaf distribution of the scored tree."""
-    from midword.engine.model.hf_backend import load_hf_model
+    from midword.engine.model.hf_loading import load_hf_model
 
     model = load_hf_model(str(shipped_test_model()), device="cpu", dtype="float64")
     lazy, whole = Completer(model, engine), Completer(model, engine)

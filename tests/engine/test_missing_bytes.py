@@ -61,7 +61,7 @@ def derived(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def sampler(derived: Path) -> ByteSampler:
-    from midword.engine.model.hf_backend import load_hf_model
+    from midword.engine.model.hf_loading import load_hf_model
 
     torch.set_num_threads(1)
     return ByteSampler(load_hf_model(derived.parent, dtype="float64"), load_engine(str(derived)))

@@ -73,7 +73,7 @@ def remote(vllm: VLLMServer, engine) -> Iterator[VLLMModel]:
 @pytest.fixture(scope="module")
 def local():
     import torch
-    from midword.engine.model.hf_backend import load_hf_model
+    from midword.engine.model.hf_loading import load_hf_model
 
     torch.set_num_threads(1)
     return load_hf_model(str(MODEL_DIR), device="cpu", dtype="float32")

@@ -45,7 +45,7 @@ async def client(lsp_client: LanguageClient):
 
 @pytest.fixture(scope="module")
 def completer() -> Completer:
-    from midword.engine.model.hf_backend import load_hf_model
+    from midword.engine.model.hf_loading import load_hf_model
 
     model = load_hf_model(MODEL_DIR, device="cpu", dtype="float64")
     return Completer(model, load_engine(MODEL_DIR))
