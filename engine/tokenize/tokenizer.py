@@ -136,12 +136,16 @@ def _token_bytes(vocab: dict[str, int], added: list[AddedToken]) -> list[bytes |
         elif out[a.id] is None:
             out[a.id] = a.content.encode("utf-8")
     seen: dict[bytes, int] = {}
-    for i, b in enumerate(out):
-        if b is not None:
-            if b in seen:  # a duplicate string: keep the first id, like the HF vocab map
-                out[i] = None
-            else:
-                seen[b] = i
+    text_ids = {a.id for a in added if not a.special}
+    # added text first: it is split out of the text before BPE runs, so the encoder always
+    # gives its id, never that of a vocabulary token with the same bytes (DeepSeek-Coder's
+    # 'õ' 32000 and 'Ãµ')
+    for i in [*sorted(text_ids), *range(len(out))]:
+        b = out[i]
+        if b is not None and seen.get(b, i) != i:  # a duplicate: the first id kept wins
+            out[i] = None
+        elif b is not None:
+            seen[b] = i
     lacking = [b for b in range(0x80, 0xC0) if bytes([b]) not in seen]
     if lacking:  # (other missing bytes are supported: see BPETokenizer.missing_bytes)
         raise TokenizerError(

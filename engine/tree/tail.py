@@ -833,13 +833,16 @@ class _TailBuilder:
         succ = self.engine.validity.successors(node.last) if node.last is not None else None
         out = []
         for t in cands:
+            spelled = self.tok.token_bytes[t]
+            if spelled is None:  # no bytes (a duplicate's second id, an event): never text
+                continue
             if not (
                 (may_split and self.engine.starts_ok[t])
                 or (succ is not None and succ[t])
                 or self.engine.is_added[t]
             ):
                 continue
-            data = self.region + self.tok.token_bytes[t][skip:]  # type: ignore[index]
+            data = self.region + spelled[skip:]
             if self._extends_canonically(node.path + (t,), data):
                 out.append(t)
         return out
