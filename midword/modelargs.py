@@ -27,7 +27,19 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "cache (default: SmolLM2-135M if installed, else the shipped model)",
     )
     parser.add_argument("--tokenizer", help="tokenizer.json (default: the model's own)")
-    parser.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cuda, cpu ...")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "llamacpp", "torch"),
+        default="auto",
+        help="what computes the model: auto (default: llama.cpp for a GGUF file when "
+        "llama-cpp-python is installed, else torch), llamacpp (GGUF files as they are), "
+        "torch (transformers; a GGUF file is converted to a cached float32 copy)",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="torch's device: auto (cuda > mps > cpu), cuda, cpu ... (llama.cpp: its build's)",
+    )
     parser.add_argument(
         "--dtype", default="auto", help="auto, float32, float16, bfloat16 or float64 (CPU)"
     )
@@ -51,16 +63,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(HFModel, Engine) from --model/--tokenizer/--device/--dtype; CommandError on failure.
-
-    A GGUF file is converted first (once: later runs load the cached folder), with a
-    progress bar on stderr.
-    """
+    """(model, Engine) from --model/--tokenizer/--backend/--device/--dtype (or a remote
+    engine); CommandError on failure."""
     from midword.engine import (
         BackendError,
         TokenizerError,
         load_engine,
-        load_hf_model,
         resolve_device,
     )
 
@@ -78,21 +86,49 @@ def load_model_and_engine(args: argparse.Namespace) -> tuple[Any, Any]:
         note_default_model()
     if getattr(args, "engine", "local") != "local":
         return connect_remote(args)
-    source = prepare_model_source(args.model, args.device, args.dtype)
+    loaded = load_local_model(args)
     try:
-        engine = load_engine(args.tokenizer or source)
+        engine = load_engine(args.tokenizer or loaded.tokenizer_source)
     except (TokenizerError, OSError) as exc:
         raise CommandError(f"cannot load the tokenizer: {exc}") from exc
-    try:
-        model = load_hf_model(source, device=args.device, dtype=args.dtype)
-    except (BackendError, ValueError) as exc:
-        raise CommandError(str(exc)) from exc
+    model = loaded.model
     if model.vocab_size < engine.tok.size:
         raise CommandError(
             f"the model's vocabulary ({model.vocab_size}) is smaller than the tokenizer's "
             f"({engine.tok.size}): they do not belong together"
         )
     return model, engine
+
+
+def load_local_model(args: argparse.Namespace) -> Any:
+    """The model of --model on --backend (a `LoadedModel`); CommandError on failure.
+
+    On torch a GGUF file is converted first (once: later runs load the cached folder),
+    with a progress bar on stderr. A fallback from llama.cpp to torch is said on stderr.
+    """
+    from midword.engine import (
+        BackendError,
+        GGUFError,
+        ModelNotFoundError,
+        load_scoring_model,
+        stderr_progress,
+    )
+
+    try:
+        loaded = load_scoring_model(
+            args.model,
+            backend=getattr(args, "backend", "auto"),
+            device=args.device,
+            dtype=args.dtype,
+            progress=stderr_progress(),
+        )
+    except (ModelNotFoundError, BackendError) as exc:
+        raise CommandError(str(exc)) from exc
+    except (GGUFError, ValueError, OSError) as exc:
+        raise CommandError(f"cannot use {args.model}: {exc}") from exc
+    if loaded.choice.note:
+        print(f"midword: {loaded.choice.note}", file=sys.stderr)
+    return loaded
 
 
 def connect_remote(args: argparse.Namespace) -> tuple[Any, Any]:

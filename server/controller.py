@@ -372,7 +372,10 @@ class Controller:
         if doc is not None and doc.last_edit is not None:
             edit = doc.last_edit
             latest = (self._prompt(doc, edit), doc.version, self._suffix(doc, edit))
-        return await asyncio.wrap_future(self.host.live_state(uri, latest))
+        state = await asyncio.wrap_future(self.host.live_state(uri, latest))
+        if state is not None and self.host.status.backend:
+            state["backend"] = self.host.status.backend  # what computes the scores
+        return state
 
     async def stats(self) -> dict[str, Any]:
         """Open documents, live VCTs and the process's memory (for tests and debugging)."""
@@ -383,6 +386,7 @@ class Controller:
             "liveDocuments": live,
             "rssBytes": _rss_bytes(),
             "state": self.host.status.state,
+            "backend": self.host.status.backend,
             **self.counts,
         }
 

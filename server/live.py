@@ -315,11 +315,25 @@ def _within(settings: Settings, room: int) -> Settings:
     return replace(settings, max_tokens=room)
 
 
+def backend_name(model: Any) -> str:
+    """What computes ``model``, as the status and ``midword/inspect`` name it: "llamacpp",
+    "vllm" (a remote engine) or "torch"."""
+    kind = type(model).__name__
+    return {"LlamaCppModel": "llamacpp", "VLLMModel": "vllm"}.get(kind, "torch")
+
+
 class SingleModel:
     """One model and its engine; ``fim``: its fill-in-the-middle template (None: off)."""
 
-    def __init__(self, model: Any, engine: Engine, fim: FimTemplate | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        engine: Engine,
+        fim: FimTemplate | None = None,
+        backend_name: str = "torch",
+    ) -> None:
         self.model, self.engine, self.fim = model, engine, fim
+        self.backend_name = backend_name  # what computes the model: "torch", "llamacpp" ...
         self._specials = tuple(a.content for a in engine.tok.added)  # asked every request
         # positions the model takes (an in-process model's config; a remote engine keeps
         # its prompts within its own context itself)
@@ -421,6 +435,11 @@ class EnsembleModels:
 
         self.members, self.combine = list(members), combine
         self.weights = check_weights(weights, len(self.members), combine)
+
+    @property
+    def backend_name(self) -> str:
+        """The members' backends ("torch", or "llamacpp + torch" for a mixed ensemble)."""
+        return " + ".join(sorted({backend_name(model) for model, _ in self.members}))
 
     def document(self) -> EnsembleDocument:
         from midword.engine import Ensemble

@@ -9,7 +9,6 @@ Another source of models (GGUF files, a remote engine) joins here: it returns a
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
     from midword.engine import Engine
 
-from .live import Backend, EnsembleModels, SingleModel
+from .live import Backend, EnsembleModels, SingleModel, backend_name
 from .options import ServerOptions
 
 __all__ = ["WARMUP_PREFIX", "default_model_dir", "load_backend", "short_name", "usable_device"]
@@ -84,7 +83,8 @@ def load_backend(options: ServerOptions, names: list[str], on_progress: Progress
         return load_remote(options, names[0], on_progress)
     if not options.ensemble:
         model, engine = _load_parts(options, names[0], 0, 1, on_progress)
-        return SingleModel(model, engine, fim_template(options.fim, model, engine))
+        template = fim_template(options.fim, model, engine)
+        return SingleModel(model, engine, template, backend_name(model))
     from midword.engine import check_weights
 
     weights = options.ensemble_weights or (1.0,) * len(names)
@@ -118,34 +118,36 @@ def _load_parts(
         Completer,
         Settings,
         engine_for,
-        load_hf_model,
+        load_scoring_model,
         load_tokenizer,
-        prepare_model,
     )
 
     def progress(message: str, percent: int) -> None:
         which = f" ({k + 1}/{n}: {short_name(name)})" if n > 1 else ""
         on_progress(message + which, (100 * k + percent) // n)
 
-    source = prepare_model(  # a GGUF file: its cached conversion (made now the first time)
+    progress("loading the model", 0)
+    _quiet_transformers()
+    loaded = load_scoring_model(  # torch + a GGUF file: its cached conversion (made once)
         name,
+        backend=options.backend,
         device=options.device,
         dtype=options.dtype,
-        progress=lambda message, pct: progress(f"{message} {pct}%", pct * 5 // 100),
+        progress=lambda message, pct: progress(f"{message} {pct}%", pct * 50 // 100),
     )
-    progress("reading the tokenizer", 5)
-    engine = engine_for(load_tokenizer(source))  # (SentencePiece files: their own kind)
-    progress("building the covering-tree tables", 20)
+    if loaded.choice.note:
+        log.warning("%s", loaded.choice.note)
+    model = loaded.model
+    progress("reading the tokenizer", 50)
+    engine = engine_for(load_tokenizer(loaded.tokenizer_source))  # (SentencePiece: own kind)
+    progress("building the covering-tree tables", 60)
     _warm_engine(engine)
-    progress("loading the model weights", 50)
-    _quiet_transformers()
-    model = load_hf_model(source, device=options.device, dtype=options.dtype)
     if model.vocab_size < engine.tok.size:
         raise BackendError(
             f"the model's vocabulary ({model.vocab_size}) is smaller than the "
             f"tokenizer's ({engine.tok.size})"
         )
-    if model.device.type == "cpu":
+    if loaded.choice.backend == "torch" and model.device.type == "cpu":
         _limit_cpu_threads()
     progress("warming up", 90)
     Completer(model, engine).complete(WARMUP_PREFIX, Settings(max_tokens=2))
@@ -160,14 +162,14 @@ def _warm_engine(engine: Engine) -> None:
 
 
 def _limit_cpu_threads() -> None:
-    """Half the cores for torch (MIDWORD_THREADS overrides): the editor and the rest of the
-    machine keep the others, and an oversubscribed OpenMP pool is many times slower
-    (measured here: a 1-token step took 16 ms on 1 thread, 194 ms on 2 under load)."""
+    """torch's threads on the CPU: `cpu_threads` (half the cores, or MIDWORD_THREADS): the
+    editor and the rest of the machine keep the others, and an oversubscribed OpenMP pool
+    is many times slower (measured here: a 1-token step took 16 ms on 1 thread, 194 ms on
+    2 under load). llama.cpp takes the same count when it loads."""
     import torch
+    from midword.engine import cpu_threads
 
-    wanted = os.environ.get("MIDWORD_THREADS", "")
-    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else (os.cpu_count() or 2) // 2
-    torch.set_num_threads(max(1, threads))
+    torch.set_num_threads(cpu_threads())
 
 
 def _quiet_transformers() -> None:

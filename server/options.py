@@ -27,13 +27,13 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 # the engine's choices, where it defines them (this imports numpy, not torch)
-from midword.engine import COMBINES, DTYPES, FIM_CHOICES, METHODS, MODES
+from midword.engine import BACKENDS, COMBINES, DTYPES, FIM_CHOICES, METHODS, MODES
 
 from .where import DEFAULT_EXCLUDE_FILES, DEFAULT_LANGUAGES
 
 __all__ = ["RELOAD_FIELDS", "ServerOptions", "needs_reload", "parse_options"]
 
-# METHODS, MODES, DTYPES and COMBINES are the engine's own (imported above).
+# BACKENDS, METHODS, MODES, DTYPES and COMBINES are the engine's own (imported above).
 # The server's own: the engine takes any torch device name, the extension offers these.
 DEVICES = ("auto", "cpu", "cuda", "mps")
 MULTILINE = ("auto", "always", "never")
@@ -43,6 +43,7 @@ ENGINES = ("local", "vllm")  # local: the model in process; vllm: a vLLM server 
 # a change to these reloads the model(s)
 RELOAD_FIELDS = (
     "model",
+    "backend",
     "device",
     "device_fallback",
     "dtype",
@@ -61,6 +62,8 @@ class ServerOptions:
     """Typed options with their defaults (the same as the extension's package.json)."""
 
     model: str = ""  # "" = the default model shipped with midword
+    # what computes the model: auto = llama.cpp for a GGUF file (when installed), else torch
+    backend: str = "auto"
     device: str = "auto"
     # the device asked for is missing: serve on the best one there is (said in the status)
     device_fallback: bool = True
@@ -151,6 +154,7 @@ def _convert(default: Any, value: Any) -> Any:
 # field -> (JSON key, check, what is expected)
 _SPEC: dict[str, tuple[str, Check, str]] = {
     "model": ("model", lambda v: isinstance(v, str), "a string"),
+    "backend": ("backend", *_one_of(BACKENDS)),
     "device": ("device", *_one_of(DEVICES)),
     "dtype": ("dtype", *_one_of(DTYPES)),
     "ensemble": (

@@ -68,9 +68,12 @@ class Status:
     message: str = ""
     latency_ms: float | None = None
     fim: str = ""  # the fill-in-the-middle template in use, "off", or "" (not loaded)
+    backend: str = ""  # what computes the model: "llamacpp", "torch", "vllm" ("": not loaded)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"state": self.state, "model": self.model, "message": self.message}
+        if self.backend:
+            out["backend"] = self.backend
         if self.latency_ms is not None:
             out["latencyMs"] = round(self.latency_ms, 1)
         if self.fim:
@@ -227,7 +230,9 @@ class ModelHost:
         self._documents.clear()
         freeze_heap()  # before "ready": the collection pause belongs to the load
         fim = getattr(backend, "fim_name", "off")  # a FIM template, or "off"
-        self._set_status(Status("ready", name, f"ready ({note})" if note else "ready", fim=fim))
+        message = f"ready ({note})" if note else "ready"
+        on = getattr(backend, "backend_name", "")
+        self._set_status(Status("ready", name, message, fim=fim, backend=on))
         watch = getattr(backend, "watch_health", None)  # a remote engine reports its own state
         if watch is not None:
             watch(lambda state, message: self._engine_status(backend, name, state, message))

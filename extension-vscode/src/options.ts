@@ -21,6 +21,7 @@ export const EXTENSION_SETTINGS = {
   traceServer: 'trace.server',
 } as const;
 
+export const BACKENDS = ['auto', 'llamacpp', 'torch'] as const;
 export const DEVICES = ['auto', 'cpu', 'cuda', 'mps'] as const;
 export const DTYPES = ['auto', 'float32', 'float16', 'bfloat16', 'float64'] as const;
 export const METHODS = ['bytesampler', 'healing1', 'healing2', 'healing4', 'naive'] as const;
@@ -46,6 +47,8 @@ export const CONTEXT_FILES = ['auto', 'off'] as const;
 export interface ServerOptions {
   /** Model folder; "" = the default model shipped with midword. Reload. */
   model: string;
+  /** What computes the model: auto = llama.cpp for a .gguf file (when installed), else torch. Reload. */
+  backend: (typeof BACKENDS)[number];
   /** Reload. */
   device: (typeof DEVICES)[number];
   /** Reload. */
@@ -104,6 +107,7 @@ export type ServerOptionKey = keyof ServerOptions;
 /** Options whose change makes the server reload the model (the extension only forwards them). */
 export const RELOAD_OPTION_KEYS: readonly ServerOptionKey[] = [
   'model',
+  'backend',
   'device',
   'deviceFallback',
   'dtype',
@@ -144,6 +148,7 @@ export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
  */
 export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
   model: '',
+  backend: 'auto',
   device: 'auto',
   dtype: 'auto',
   ensemble: Object.freeze([]),
@@ -241,6 +246,7 @@ function arrayOf<T>(element: Check<T>): Check<readonly T[]> {
 
 const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expected: string } } = {
   model: { check: isString, expected: 'a string' },
+  backend: { check: oneOf(BACKENDS), expected: BACKENDS.join(' | ') },
   device: { check: oneOf(DEVICES), expected: DEVICES.join(' | ') },
   dtype: { check: oneOf(DTYPES), expected: DTYPES.join(' | ') },
   ensemble: { check: arrayOf(isString), expected: 'an array of strings' },

@@ -20,6 +20,8 @@ export interface ServerStatus {
   latencyMs: number | null;
   /** Fill-in-the-middle template in use, or "off"; absent when the server does not say. */
   fim?: string;
+  /** What computes the model ("llamacpp", "torch", "vllm"); absent when the server does not say. */
+  backend?: string;
 }
 
 /** A `$/progress` value (LSP WorkDoneProgressBegin / Report / End). */
@@ -60,7 +62,7 @@ export function parseServerStatus(params: unknown): ServerStatus | undefined {
   if (!isRecord(params)) {
     return undefined;
   }
-  const { state, model, message, latencyMs, fim } = params;
+  const { state, model, message, latencyMs, fim, backend } = params;
   if (state !== 'loading' && state !== 'ready' && state !== 'error') {
     return undefined;
   }
@@ -70,6 +72,7 @@ export function parseServerStatus(params: unknown): ServerStatus | undefined {
     message: typeof message === 'string' ? message : '',
     latencyMs: typeof latencyMs === 'number' && Number.isFinite(latencyMs) && latencyMs >= 0 ? latencyMs : null,
     ...(typeof fim === 'string' && fim !== '' ? { fim } : {}),
+    ...(typeof backend === 'string' && backend !== '' ? { backend } : {}),
   };
 }
 
@@ -292,6 +295,7 @@ export class StatusModel {
     const fim = fimLabel(this.server?.fim);
     const lines = [
       `midword ready${model !== '' ? `: ${model}` : ''}`,
+      this.server?.backend !== undefined ? `Runs on: ${this.server.backend}` : undefined,
       fim !== '' ? `Fill-in-the-middle: ${this.server?.fim ?? ''}` : undefined,
       this.server?.message !== undefined && this.server.message !== '' ? this.server.message : undefined,
       this.serverLatencyMs !== undefined ? `Last completion: ${formatLatency(this.serverLatencyMs)} (server)` : undefined,

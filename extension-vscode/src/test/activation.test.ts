@@ -71,6 +71,7 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
     assert.deepEqual(client.launch, { python: okPython, cwd: s.vscode.workspaceFolder });
     assert.deepEqual(client.hooks.currentOptions(), {
       model: '',
+      backend: 'auto',
       device: 'auto',
       dtype: 'auto',
       ensemble: [],

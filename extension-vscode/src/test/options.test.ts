@@ -17,6 +17,7 @@ import { EXTENSION_ROOT, readPackageJson } from './helpers/paths';
 /** The server's documented defaults (issue 5), written out independently of the code. */
 const SPEC_DEFAULTS = {
   model: '',
+  backend: 'auto',
   device: 'auto',
   dtype: 'auto',
   ensemble: [],
@@ -91,6 +92,7 @@ describe('settings -> initializationOptions', () => {
   it('passes valid user values through unchanged', () => {
     const values: Record<string, unknown> = {
       model: '/models/qwen',
+      backend: 'llamacpp',
       device: 'cuda',
       dtype: 'bfloat16',
       ensemble: ['/models/base', '/models/expert', '/models/anti'],

@@ -206,6 +206,8 @@ describe('status bar model', () => {
     assert.deepEqual(parseServerStatus({ state: 'loading' }), { state: 'loading', model: '', message: '', latencyMs: null });
     assert.equal(parseServerStatus({ state: 'ready', fim: 'qwen-spm' })?.fim, 'qwen-spm');
     assert.equal(parseServerStatus({ state: 'ready', fim: 3 })?.fim, undefined);
+    assert.equal(parseServerStatus({ state: 'ready', backend: 'llamacpp' })?.backend, 'llamacpp');
+    assert.equal(parseServerStatus({ state: 'ready', backend: 7 })?.backend, undefined);
     assert.equal(parseServerStatus({ state: 'busy' }), undefined);
     assert.equal(parseServerStatus(null), undefined);
     assert.equal(parseServerStatus({ state: 'ready', latencyMs: -5 })?.latencyMs, null);
@@ -228,6 +230,8 @@ describe('status bar model', () => {
     const view = model.view();
     assert.match(view.text, /· FIM qwen-spm 40 ms/);
     assert.match(view.tooltip, /Fill-in-the-middle: qwen-spm/);
+    model.onServerStatus({ state: 'ready', model: 'm.gguf', message: '', latencyMs: null, backend: 'llamacpp' });
+    assert.match(model.view().tooltip, /Runs on: llamacpp/);
     model.onServerStatus({ state: 'ready', model: 'm', message: '', latencyMs: null });
     assert.doesNotMatch(model.view().text, /FIM/);
   });
