@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from midword.engine import Settings
 
+from .cleanup import cut_repeats, following_lines
 from .context_files import ContextFiles
 from .debounce import DocumentTyping
 from .document import Cursor, Document, Range
@@ -29,7 +30,6 @@ from .options import ServerOptions, needs_reload, parse_options
 from .positions import from_index
 from .reuse import TypedThrough
 from .scope import IndentCounts, Scope, identifier_split, scope_for, suffix_window
-from .trim import following_lines, trim_repeats
 from .where import blocked_reason
 from .worker import Answer, ModelHost, Request, Status, Superseded
 
@@ -496,13 +496,13 @@ def item_tags(options: ServerOptions, line_prefix: str) -> tuple[str, str]:
 
 
 def _without_repeats(asked: _Asked, texts: list[str]) -> list[str]:
-    """The texts cut where they repeat the document below the cursor (server/trim.py);
+    """The texts cut where they repeat the document below the cursor (server/cleanup.py);
     empty and duplicate results dropped. Runs only while ``asked`` is current."""
     doc = asked.doc
     below = following_lines(doc.body(i) for i in range(asked.cursor.line + 1, len(doc.lines)))
     kept: list[str] = []
     for text in texts:
-        trimmed = trim_repeats(text, asked.line_prefix, below, asked.line_suffix)
+        trimmed = cut_repeats(text, asked.line_prefix, below, asked.line_suffix)
         if trimmed != text:
             log.debug("trimmed a repeat of the lines below: %r -> %r", text, trimmed)
         if trimmed.strip() and trimmed not in kept:

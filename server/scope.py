@@ -1,4 +1,6 @@
-"""What a completion may span, and the clean-up before it reaches the editor.
+"""What a completion may span (its scope), from the cursor's line and the lines above.
+
+The clean-up of the text before it reaches the editor is server/cleanup.py.
 
 Rules (the complaints users have about completion tools, handled on purpose):
 
@@ -13,8 +15,6 @@ Rules (the complaints users have about completion tools, handled on purpose):
 >>> scope = scope_for("    x = foo(", ")", "auto")
 >>> scope.multiline
 False
->>> finalize("a, b)", scope, "    ")
-'a, b'
 >>> block = scope_for("def f(x):", "", "auto")
 >>> text = "\\n    return x\\n\\ndef g():\\n"
 >>> text[: block.cut(text)]
@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 __all__ = [
     "IndentCounts",
     "Scope",
-    "finalize",
     "identifier_split",
     "indent_unit",
     "scope_for",
@@ -144,59 +143,6 @@ def _special_cut(text: str, specials: Sequence[str], typed_tail: str = "") -> in
     return max(0, min(found) - len(typed_tail)) if found else None
 
 
-def finalize(text: str, scope: Scope, unit: str) -> str:
-    """The text to insert: cut to the scope, no repeated suffix, document indentation."""
-    end = scope.cut(text)
-    if end is not None:
-        text = text[:end]
-    text = _trim_suffix_overlap(text, scope.suffix)
-    if scope.multiline:
-        text = _reindent(text.rstrip(), unit)
-    return text
-
-
-def _trim_suffix_overlap(text: str, suffix: str) -> str:
-    """Drop the part of the first line that the text after the cursor already has.
-
-    A closing bracket that closes something opened before the cursor is where the
-    suffix takes over, when the suffix starts with that bracket:
-
-    >>> _trim_suffix_overlap("args, f(x)))", ")")
-    'args, f(x)'
-    >>> _trim_suffix_overlap("x = 1", "")
-    'x = 1'
-    """
-    wanted = suffix.strip()
-    if not wanted:
-        return text
-    first, newline, rest = text.partition("\n")
-    if wanted[0] in CLOSERS:  # brackets the completion opens are its own to close
-        closer = _first_unmatched_closer(first)
-        if closer is None or first[closer] != wanted[0]:
-            return text
-        first = first[:closer].rstrip()
-    elif first.rstrip().endswith(wanted):
-        first = first.rstrip()[: -len(wanted)]
-    elif wanted in first:
-        first = first[: first.index(wanted)]
-    else:
-        return text
-    return first if not newline else first + newline + rest
-
-
-def _first_unmatched_closer(line: str) -> int | None:
-    """Index of the first closing bracket with no opener before it on ``line``."""
-    depth = 0
-    for index, char in enumerate(line):
-        if char in "([{":
-            depth += 1
-        elif char in CLOSERS:
-            if depth == 0:
-                return index
-            depth -= 1
-    return None
-
-
 def indent_unit(lines: Sequence[str]) -> str:
     """The document's indentation unit: a tab, or the usual step between space indents.
 
@@ -244,23 +190,6 @@ class IndentCounts:
         if not self.steps:
             return "    "
         return " " * max(self.steps, key=lambda step: (self.steps[step], -step))
-
-
-def _reindent(text: str, unit: str) -> str:
-    """Lines after the first use ``unit``'s character for their leading whitespace."""
-    lines = text.split("\n")
-    width = 4 if unit == "\t" else len(unit)
-    for i in range(1, len(lines)):
-        lead = _LEADING_WS.match(lines[i]).group()
-        if unit == "\t" and " " in lead:
-            columns = len(lead.expandtabs(width))
-            new = "\t" * (columns // width) + " " * (columns % width)
-        elif unit != "\t" and "\t" in lead:
-            new = lead.expandtabs(width)
-        else:
-            continue
-        lines[i] = new + lines[i][len(lead) :]
-    return "\n".join(lines)
 
 
 def identifier_split(line_prefix: str, completion: str) -> tuple[str, str]:

@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
     from midword.engine import Settings
 
+from .cleanup import clean_completion, suffix_repeat_cut
 from .live import Backend, LiveDocument
 from .loading import default_model_dir, load_backend, model_names, short_name, usable_device
 from .memory import freeze_heap, release_memory, thaw_heap
 from .options import ServerOptions
 from .scheduler import Scheduler, Superseded
-from .scope import Scope, finalize
-from .trim import suffix_repeat_cut
+from .scope import Scope
 from .watch import ModelWatcher
 
 __all__ = ["Answer", "ModelHost", "Request", "Status", "Superseded", "default_model_dir"]
@@ -422,7 +422,7 @@ class ModelHost:
                 answer.reason = f"cannot complete here: {exc}"
                 return
             post = time.perf_counter()
-            text = finalize(result.text, req.scope, req.indent_unit)
+            text = clean_completion(result.text, req.scope, req.indent_unit)
             answer.post_ms += _ms(post)
             if answer.leaf_prob is None and result.leaf_logprob is not None:
                 answer.leaf_prob = float(_exp(result.leaf_logprob))

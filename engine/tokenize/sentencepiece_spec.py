@@ -13,7 +13,7 @@ Example:
     >>> check_sentencepiece({"model": {"type": "BPE"}}, Path("t.json"))
     Traceback (most recent call last):
     ...
-    midword.engine.tokenize.sentencepiece_spec.UnsupportedSentencePiece: t.json: SentencePiece without byte_fallback (unknown characters become <unk>) is not supported
+    midword.engine.errors.UnsupportedSentencePiece: t.json: SentencePiece without byte_fallback (unknown characters become <unk>) is not supported
 """
 
 from __future__ import annotations

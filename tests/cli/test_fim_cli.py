@@ -101,7 +101,7 @@ def test_suffix_window_ends_on_a_line_and_ignores_typing() -> None:
 
 
 def test_suffix_repeat_cut_stops_before_the_suffix_lines() -> None:
-    from midword.server.trim import suffix_repeat_cut
+    from midword.server.cleanup import suffix_repeat_cut
 
     suffix = b"\n    y = x * 2\n    return y\n"
     stop = suffix_repeat_cut(lambda text: None, suffix)

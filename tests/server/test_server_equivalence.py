@@ -9,7 +9,8 @@ import pytest
 import pytest_lsp
 from midword.engine import build_tree, load_engine
 from midword.engine.sample.generate import Completer, Settings
-from midword.server.scope import finalize, indent_unit, scope_for
+from midword.server.cleanup import clean_completion
+from midword.server.scope import indent_unit, scope_for
 from pytest_lsp import LanguageClient
 
 from midword.testing import CORPUS
@@ -119,4 +120,4 @@ async def test_completion_equals_the_engine(session: Session, completer: Complet
     scope = scope_for(line, "", "auto", [a.content for a in completer.tok.added])
     settings = Settings(max_tokens=12, temperature=0.8, seed=0)
     expected = completer.complete(prefix, settings, cut=scope.cut)
-    assert served == finalize(expected.text, scope, indent_unit(buf.text.split("\n")))
+    assert served == clean_completion(expected.text, scope, indent_unit(buf.text.split("\n")))

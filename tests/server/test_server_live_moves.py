@@ -20,8 +20,8 @@ import pytest
 from midword.engine import load_engine
 from midword.engine.sample.fim import TEMPLATES, FimCompleter
 from midword.engine.sample.generate import Settings
+from midword.server.cleanup import _lines_after_first
 from midword.server.live import FimDocument, _within
-from midword.server.trim import _lines_after_first
 
 from midword.testing.vocab import with_special_tokens
 

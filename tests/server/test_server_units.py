@@ -7,10 +7,11 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from midword.server.cleanup import clean_completion
 from midword.server.document import Cursor, Document, Range, split_lines
 from midword.server.options import ServerOptions, needs_reload, parse_options
 from midword.server.positions import clean_text, from_index, to_index, units
-from midword.server.scope import finalize, identifier_split, indent_unit, scope_for
+from midword.server.scope import identifier_split, indent_unit, scope_for
 
 CODECS = {"utf-8": ("utf-8", 1), "utf-16": ("utf-16-le", 2), "utf-32": ("utf-32-le", 4)}
 TEXT = st.text(alphabet=st.sampled_from(list("ab \t\n\r中😀é")), max_size=40)
@@ -122,33 +123,33 @@ def test_options_defaults_problems_and_reload() -> None:
 def test_scope_mid_line_is_one_line_and_trims_the_suffix() -> None:
     scope = scope_for("    x = f(", ")", "auto", ["<|endoftext|>"])
     assert not scope.multiline
-    assert finalize("a)\nmore", scope, "    ") == "a"
-    assert finalize("a, b) + 1", scope, "    ") == "a, b"
+    assert clean_completion("a)\nmore", scope, "    ") == "a"
+    assert clean_completion("a, b) + 1", scope, "    ") == "a, b"
     # the completion's own brackets stay; the first one it cannot match is the suffix's
-    assert finalize("a, g(b)))", scope, "    ") == "a, g(b)"
-    assert finalize("a, g(b)", scope, "    ") == "a, g(b)"
-    assert finalize("a<|endoftext|>b", scope, "    ") == "a"
+    assert clean_completion("a, g(b)))", scope, "    ") == "a, g(b)"
+    assert clean_completion("a, g(b)", scope, "    ") == "a, g(b)"
+    assert clean_completion("a<|endoftext|>b", scope, "    ") == "a"
 
 
 def test_scope_block_rules() -> None:
     opening = scope_for("def f(x):", "", "auto")
     text = "\n    y = x\n    return y\nprint(f(1))\n"
-    assert finalize(text, opening, "    ") == "\n    y = x\n    return y"
+    assert clean_completion(text, opening, "    ") == "\n    y = x\n    return y"
     blank = scope_for("    ", "", "auto")
-    assert finalize("a = 1\n    b = 2\n\n\n    c = 3\n", blank, "    ") == "a = 1\n    b = 2"
-    assert finalize("a\n  b\nc", scope_for("  ", "", "never"), "  ") == "a"
+    assert clean_completion("a = 1\n    b = 2\n\n\n    c = 3\n", blank, "    ") == "a = 1\n    b = 2"
+    assert clean_completion("a\n  b\nc", scope_for("  ", "", "never"), "  ") == "a"
     braces = scope_for("if (x) {", "", "auto")
-    assert finalize("\n  y();\n}\nz();\n", braces, "  ") == "\n  y();\n}"
+    assert clean_completion("\n  y();\n}\nz();\n", braces, "  ") == "\n  y();\n}"
     many = "\n".join(["    s"] * 40)
-    assert finalize(many, blank, "    ").count("\n") < 16
+    assert clean_completion(many, blank, "    ").count("\n") < 16
 
 
 def test_reindent_follows_the_document() -> None:
     blank = scope_for("\t", "", "auto")
-    assert finalize("a:\n        b", blank, "\t") == "a:\n\t\tb"
+    assert clean_completion("a:\n        b", blank, "\t") == "a:\n\t\tb"
     assert indent_unit(["x", "\tif y:", "\t\tz"]) == "\t"
     spaces = scope_for("  ", "", "auto")
-    assert finalize("a:\n\tb", spaces, "  ") == "a:\n  b"
+    assert clean_completion("a:\n\tb", spaces, "  ") == "a:\n  b"
 
 
 def test_identifier_split() -> None:

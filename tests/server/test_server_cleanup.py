@@ -1,5 +1,5 @@
 """No duplicated code, end to end: `midword serve` with the shipped model never suggests
-the lines that already follow the cursor (server/trim.py).
+the lines that already follow the cursor (server/cleanup.py).
 
 The text below the cursor is built from what the model itself writes: first ask with
 nothing below, then put those generated lines below the cursor and ask again. The
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import pytest_lsp
-from midword.server.trim import trim_repeats
+from midword.server.cleanup import cut_repeats
 from pytest_lsp import LanguageClient
 
 from ..lsp_support import CONFIG, Buffer, Session, start
@@ -67,7 +67,7 @@ async def test_a_block_never_repeats_the_lines_below(session: Session) -> None:
             assert not any(line == repeated[0] for line in mine[1:]), (text, below)
             assert mine[: len(repeated)] != repeated, (text, below)
         # the same completion came back, cut before its first repeated line
-        expected = trim_repeats(first, prefix.rsplit("\n", 1)[-1], below.split("\n"))
+        expected = cut_repeats(first, prefix.rsplit("\n", 1)[-1], below.split("\n"))
         assert expected != first, "the untrimmed completion repeats the lines below"
         assert texts == ([expected] if expected.strip() else []), (texts, expected)
         checked += 1

@@ -1,4 +1,14 @@
-"""No duplicated code: cut a completion where it starts repeating the text below the cursor.
+"""The clean-up of a completion before it reaches the editor, in one place.
+
+`clean_completion` gives the text to insert: cut to its scope (server/scope.py), without
+the part of its first line that already follows the cursor, with the document's
+indentation on the lines after the first. `cut_repeats` then drops what repeats the lines
+below the cursor (no duplicated code), and with fill-in-the-middle `suffix_repeat_cut`
+stops generation as soon as it runs into the suffix.
+
+>>> from midword.server.scope import scope_for
+>>> clean_completion("a, b)", scope_for("    x = foo(", ")", "auto"), "    ")
+'a, b'
 
 A model that sees only the text before the cursor often writes the next lines of the
 file again (users report it against Continue, Copilot and llama.vim). Lines compare
@@ -13,29 +23,114 @@ with their surrounding whitespace stripped; blank lines are skipped on both side
   stops as soon as a complete line after the first starts repeating the suffix's next
   lines (`suffix_repeat_cut`), instead of being trimmed afterwards.
 
->>> trim_repeats("x = 1\\ny = 2\\nz = 3", "", ["y = 2", "z = 3", "print(x)"], "")
+>>> cut_repeats("x = 1\\ny = 2\\nz = 3", "", ["y = 2", "z = 3", "print(x)"], "")
 'x = 1'
->>> trim_repeats("\\n    return a", "def f(a):", ["    return a"], "")
+>>> cut_repeats("\\n    return a", "def f(a):", ["    return a"], "")
 ''
->>> trim_repeats("b)", "f(a, ", [], " b)")
+>>> cut_repeats("b)", "f(a, ", [], " b)")
 ''
->>> trim_repeats("x = 1\\n}\\ny = 2", "", ["}", "z = 3"], "")
+>>> cut_repeats("x = 1\\n}\\ny = 2", "", ["}", "z = 3"], "")
 'x = 1\\n}\\ny = 2'
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
-__all__ = ["MATCH_LINES", "following_lines", "suffix_repeat_cut", "trim_repeats"]
+from .scope import CLOSERS
+
+if TYPE_CHECKING:
+    from .scope import Scope
+
+__all__ = [
+    "MATCH_LINES",
+    "clean_completion",
+    "cut_repeats",
+    "following_lines",
+    "suffix_repeat_cut",
+]
 
 Cut = Callable[[str], "int | None"]  # text so far -> where it must end, or None
 
 MIN_REPEAT_CHARS = 6  # a one-line repeat shorter than this ("}", "pass") may be meant
+_LEADING_WS = re.compile(r"^[ \t]*")
 MATCH_LINES = 3  # how many of the next document lines a repeat must match (fewer if it ends)
 
 
-def trim_repeats(
+def clean_completion(text: str, scope: Scope, unit: str) -> str:
+    """The text to insert: cut to the scope, no repeat of the text after the cursor on its
+    line, the document's indentation (``unit``) on the lines after the first."""
+    end = scope.cut(text)
+    if end is not None:
+        text = text[:end]
+    text = _trim_suffix_overlap(text, scope.suffix)
+    if scope.multiline:
+        text = _reindent(text.rstrip(), unit)
+    return text
+
+
+def _trim_suffix_overlap(text: str, suffix: str) -> str:
+    """Drop the part of the first line that the text after the cursor already has.
+
+    A closing bracket that closes something opened before the cursor is where the
+    suffix takes over, when the suffix starts with that bracket:
+
+    >>> _trim_suffix_overlap("args, f(x)))", ")")
+    'args, f(x)'
+    >>> _trim_suffix_overlap("x = 1", "")
+    'x = 1'
+    """
+    wanted = suffix.strip()
+    if not wanted:
+        return text
+    first, newline, rest = text.partition("\n")
+    if wanted[0] in CLOSERS:  # brackets the completion opens are its own to close
+        closer = _first_unmatched_closer(first)
+        if closer is None or first[closer] != wanted[0]:
+            return text
+        first = first[:closer].rstrip()
+    elif first.rstrip().endswith(wanted):
+        first = first.rstrip()[: -len(wanted)]
+    elif wanted in first:
+        first = first[: first.index(wanted)]
+    else:
+        return text
+    return first if not newline else first + newline + rest
+
+
+def _first_unmatched_closer(line: str) -> int | None:
+    """Index of the first closing bracket with no opener before it on ``line``."""
+    depth = 0
+    for index, char in enumerate(line):
+        if char in "([{":
+            depth += 1
+        elif char in CLOSERS:
+            if depth == 0:
+                return index
+            depth -= 1
+    return None
+
+
+def _reindent(text: str, unit: str) -> str:
+    """Lines after the first use ``unit``'s character for their leading whitespace."""
+    lines = text.split("\n")
+    width = 4 if unit == "\t" else len(unit)
+    for i in range(1, len(lines)):
+        lead = _LEADING_WS.match(lines[i]).group()
+        if unit == "\t" and " " in lead:
+            columns = len(lead.expandtabs(width))
+            new = "\t" * (columns // width) + " " * (columns % width)
+        elif unit != "\t" and "\t" in lead:
+            new = lead.expandtabs(width)
+        else:
+            continue
+        lines[i] = new + lines[i][len(lead) :]
+    return "\n".join(lines)
+
+
+def cut_repeats(
     text: str, line_prefix: str, following: Sequence[str], line_suffix: str = ""
 ) -> str:
     """``text`` without the part that repeats what follows the cursor.
@@ -62,9 +157,9 @@ def _single_line(text: str, line_prefix: str, following: Sequence[str], line_suf
     the line it makes is the next non-blank line (a stop before the suffix's repeat
     leaves just that), unless that line is too short to tell (``}``, ``pass``).
 
-    >>> trim_repeats("self.x = x", "    ", ["", "    self.x = x", "    self.y = y"], "")
+    >>> cut_repeats("self.x = x", "    ", ["", "    self.x = x", "    self.y = y"], "")
     ''
-    >>> trim_repeats("}", "  ", ["  }"], "")
+    >>> cut_repeats("}", "  ", ["  }"], "")
     '}'
     """
     suffix = line_suffix.strip()
@@ -91,7 +186,7 @@ def _cut_before_line(lines: list[str], start: int) -> str:
 
 
 def following_lines(lines: Iterable[str], limit: int = 2 * MATCH_LINES + 8) -> list[str]:
-    """The first non-blank ``lines`` (at most ``limit`` of them): all `trim_repeats` needs.
+    """The first non-blank ``lines`` (at most ``limit`` of them): all `cut_repeats` needs.
 
     >>> following_lines(["", "a", "  ", "b"], limit=1)
     ['a']
