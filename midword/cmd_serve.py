@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--url", metavar="URL", help="the vLLM server (engineUrl)")
     parser.add_argument("--engine-model", metavar="NAME", help="the served model (engineModel)")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "llamacpp", "torch"),
+        help="what computes a local model: auto (llama.cpp for a GGUF file when installed, "
+        "else torch), llamacpp or torch; the client's backend setting overrides it",
+    )
 
 
 def _tcp_address(value: str) -> tuple[str, int]:
@@ -57,13 +63,14 @@ def _protocol_stdout() -> BinaryIO:
 
 
 def _engine_defaults(args: argparse.Namespace) -> None:
-    """--engine/--url/--engine-model as the options' start-up defaults."""
+    """--engine/--url/--engine-model/--backend as the options' start-up defaults."""
     changes = {
         name: value
         for name, value in (
             ("engine", args.engine),
             ("engine_url", args.url),
             ("engine_model", args.engine_model),
+            ("backend", args.backend),
         )
         if value is not None
     }
