@@ -29,11 +29,8 @@ HYPS_MEMO_CHARS = 64  # regions up to this many characters keep their hypotheses
 HYPS_MEMO_SIZE = 1 << 14  # shapes kept (a few hundred bytes each)
 # Built tails are asked again for the prefix just built (a request, its sync, its items),
 # after a backspace, and for the few buffers in use; typing makes a new region per key. So
-# a small cache gets the hits, while a large one only grows: at 4,096 entries and 256 MB
-# it took the language server's model thread from 36 to 53 MB in the busy-editor soak's
-# second half with the 4k-token test model (32 KB an end node), and a 128k vocabulary
-# fills 256 MB within minutes. With a 16 MB cap, bench_tree_replay's figures (llama3,
-# qwen3, two interleaved rounds) stayed within run-to-run noise.
+# a small cache gets the hits, while a large one only grows the server's memory (an end
+# node holds a leaf array per token: ~850 KB with a 128k vocabulary).
 TAIL_CACHE_ENTRIES = 256
 TAIL_CACHE_BYTES = 32 << 20  # leaf arrays kept at most (a llama3 tree's end node: 850 KB)
 # below this many tokens from one offset, asking pair validity token by token is cheaper
