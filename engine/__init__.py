@@ -67,6 +67,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "model.context_fit": ("ContextFit", "fitted", "suffix_lines"),
     "model.devices": ("resolve_device",),
     "model.hf_backend": ("HFModel", "HFSession"),
+    "model.llamacpp": ("LlamaCppModel", "load_llamacpp_model"),
     "model.hf_loading": ("DTYPES", "load_hf_model"),
     "model.choice": (
         "BACKENDS",

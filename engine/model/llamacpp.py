@@ -1,0 +1,374 @@
+"""llama.cpp backend: a GGUF file scored in process by llama.cpp, without conversion.
+
+`load_llamacpp_model` opens a GGUF file with llama-cpp-python's low-level C API
+(``llama_cpp.llama_cpp``, ctypes bindings of ``llama.h``) and returns a
+`LlamaCppModel`; ``model.session()`` opens a `LlamaCppSession`
+(engine/model/llamacpp_session.py), the `ScoringSession` that scores a whole covering
+tree in one ``llama_decode``: a llama.cpp batch lets one token belong to several
+sequences, so each root-to-leaf branch of the tree is a sequence and a shared node is
+one KV cell. The quantized weights run as they are: no float32 copy in torch.
+
+Example:
+    >>> model = load_llamacpp_model("smollm2.gguf", n_ctx=2048)   # doctest: +SKIP
+    >>> session = model.session(bos_id=model.bos_token_id)       # doctest: +SKIP
+    >>> session.logprobs([15, 16], [(), (17,), (17, 18)]).shape  # doctest: +SKIP
+    (3, 49152)
+
+llama-cpp-python is imported lazily (inside functions); its C library logs nothing to
+stdout: its lines go nowhere, or to stderr when ``MIDWORD_LLAMA_LOG=1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import BackendError, ForwardStopped
+
+if TYPE_CHECKING:
+    from .llamacpp_session import LlamaCppSession
+
+__all__ = ["DEFAULT_N_CTX", "LlamaCppModel", "LlamaContext", "load_llamacpp_model"]
+
+INSTALL_HINT = (
+    "the llama.cpp backend needs llama-cpp-python: pip install llama-cpp-python==0.3.36 "
+    "(compiled from source; see `make install`)"
+)
+DEFAULT_N_CTX = 4096  # cap on the context taken from the model's training length
+N_SEQ_MAX = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids a context may use
+N_UBATCH = 512  # llama.cpp's default physical batch
+FLASH_ATTN_DISABLED = 0  # llama.cpp's LLAMA_FLASH_ATTN_TYPE_DISABLED
+LOG_ENV = "MIDWORD_LLAMA_LOG"  # "1": llama.cpp's log lines go to stderr
+_GGML_LOG_LEVEL_ERROR = 4
+
+
+class _Runtime:
+    """The bindings, imported and set up once per process (backend, log callback)."""
+
+    lock = threading.Lock()
+    ll: Any = None
+    log_callback: Any = None  # the ctypes callback must outlive every llama.cpp call
+    last_error: list[str] = []  # llama.cpp's last error lines (for a load failure's message)
+
+
+def bindings() -> Any:
+    """The ``llama_cpp.llama_cpp`` module, set up: backend initialized, logging silenced.
+
+    Raises BackendError (one line saying how to install it) when llama-cpp-python is
+    missing or its shared library does not load.
+    """
+    with _Runtime.lock:
+        if _Runtime.ll is None:
+            try:
+                from llama_cpp import llama_cpp as ll
+            except (ImportError, OSError) as exc:  # OSError: the library itself
+                raise BackendError(f"{INSTALL_HINT} ({type(exc).__name__}: {exc})") from exc
+            _Runtime.log_callback = ll.llama_log_callback(_log_line)
+            ll.llama_log_set(_Runtime.log_callback, ctypes.c_void_p(0))
+            ll.llama_backend_init()
+            _Runtime.ll = ll
+    return _Runtime.ll
+
+
+def _log_line(level: int, text: bytes | None, user_data: Any) -> None:
+    """llama.cpp's log callback: errors are remembered for our messages; every line goes
+    to stderr when ``MIDWORD_LLAMA_LOG=1``, else nowhere (never to stdout: an LSP server
+    speaks on stdout)."""
+    line = (text or b"").decode("utf-8", "replace")
+    if level == _GGML_LOG_LEVEL_ERROR and line.strip():
+        _Runtime.last_error[:] = [*_Runtime.last_error[-3:], line.strip()]
+    if os.environ.get(LOG_ENV) == "1":
+        sys.stderr.write(line)
+
+
+def _take_error() -> str:
+    """llama.cpp's last error line since the previous call ('' if none)."""
+    lines, _Runtime.last_error[:] = list(_Runtime.last_error), []
+    return lines[-1] if lines else ""
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    """What every context of one model is made with (sessions and the oracle alike)."""
+
+    n_ctx: int
+    n_threads: int
+    n_seq_max: int = N_SEQ_MAX
+    n_ubatch: int = N_UBATCH
+
+
+class LlamaContext:
+    """One llama.cpp context over a model: a unified KV cache of ``n_ctx`` cells that
+    ``n_seq_max`` sequences share, and a reusable batch. Freed with `close` (or when
+    garbage collected).
+
+    `decode` evaluates tokens (each with a position and its sequence ids) and returns
+    the float64 log-softmax of the rows asked for.
+    """
+
+    def __init__(self, model: LlamaCppModel) -> None:
+        ll = bindings()
+        self.ll, self.model, self.params = ll, model, model.params
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = self.params.n_ctx
+        cparams.n_batch = self.params.n_ctx  # a whole prefill may go in one llama_decode
+        cparams.n_ubatch = min(self.params.n_ubatch, self.params.n_ctx)
+        cparams.n_seq_max = self.params.n_seq_max
+        cparams.n_threads = cparams.n_threads_batch = self.params.n_threads
+        cparams.kv_unified = True  # one cell may belong to many sequences (tree nodes)
+        # Flash attention off: its CPU kernel is wrong (0.5 in log-prob, 2% in probability,
+        # measured) when a token's cell lies below a cell of its own context, which is
+        # how freed cells get reused here; the plain path is bitwise equal to a fresh
+        # sequential evaluation in that layout.
+        cparams.flash_attn_type = FLASH_ATTN_DISABLED
+        cparams.no_perf = True
+        self.ctx = ll.llama_init_from_model(model.handle, cparams)
+        if not self.ctx:
+            raise BackendError(
+                f"llama.cpp could not create a context of {self.params.n_ctx} tokens for "
+                f"{model.name}: {_take_error() or 'out of memory?'}"
+            )
+        self.memory = ll.llama_get_memory(self.ctx)
+        self.n_seq_max = int(ll.llama_n_seq_max(self.ctx))
+        self._batch_size = 0
+        self._batch: Any = None
+        self._abort: Any = None  # the installed ctypes abort callback (kept alive)
+
+    # -- cells ----------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Empty the KV cache."""
+        self.ll.llama_memory_clear(self.memory, True)
+
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> None:
+        """Remove sequence `seq` from the cells at positions [p0, p1) (-1: open end);
+        a cell left with no sequence is freed."""
+        self.ll.llama_memory_seq_rm(self.memory, seq, p0, p1)
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        """Add sequence `dst` to the cells of `src` at positions [p0, p1) (no copy of K/V:
+        the cache is unified)."""
+        self.ll.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        """(smallest, largest) position of `seq` in the cache; (-1, -1) if it holds none."""
+        lo = int(self.ll.llama_memory_seq_pos_min(self.memory, seq))
+        return lo, int(self.ll.llama_memory_seq_pos_max(self.memory, seq))
+
+    # -- evaluation -----------------------------------------------------------------------
+
+    def set_abort(self, callback: Any) -> None:
+        """Install a ctypes ``ggml_abort_callback`` (None: remove it)."""
+        self._abort = callback
+        self.ll.llama_set_abort_callback(self.ctx, callback, None)
+
+    def decode(
+        self,
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        seqs: Sequence[Sequence[int]],
+        outputs: Sequence[int],
+    ) -> np.ndarray:
+        """Evaluate `tokens` at `positions`, token i in the sequences ``seqs[i]`` (the first
+        one says what it attends to: the cells of that sequence up to its position);
+        returns float64 [len(outputs), vocab] log-softmax after the tokens `outputs` lists
+        (indices into `tokens`, ascending).
+
+        Raises ForwardStopped when the abort callback stopped it (the cache may then hold
+        part of the batch: the caller cuts it), BackendError for any other failure.
+        """
+        n = len(tokens)
+        if n == 0:
+            return np.zeros((0, self.model.vocab_size), dtype=np.float64)
+        if n > self.params.n_ctx:
+            raise BackendError(f"{n} tokens in one call exceed the context ({self.params.n_ctx})")
+        batch = self._batch_for(n)
+        want = np.zeros(n, dtype=np.int8)
+        want[np.asarray(outputs, dtype=np.int64)] = 1
+        _fill_batch(batch, tokens, positions, seqs, want)
+        code = int(self.ll.llama_decode(self.ctx, batch))
+        if code == 2:
+            raise ForwardStopped("llama.cpp stopped inside a decode")
+        if code != 0:
+            why = "no room in the KV cache" if code == 1 else _take_error() or "failed"
+            raise BackendError(f"llama.cpp decode returned {code}: {why}")
+        return self._logprobs(outputs)
+
+    def _logprobs(self, outputs: Sequence[int]) -> np.ndarray:
+        vocab = self.model.vocab_size
+        rows = np.empty((len(outputs), vocab), dtype=np.float32)  # [L, V]
+        for j, i in enumerate(outputs):
+            ptr = self.ll.llama_get_logits_ith(self.ctx, int(i))
+            if not ptr:
+                raise BackendError(f"llama.cpp has no logits for batch row {i}")
+            rows[j] = np.ctypeslib.as_array(ptr, shape=(vocab,))
+        return log_softmax(rows)
+
+    def _batch_for(self, n: int) -> Any:
+        """The reusable batch, grown to hold `n` tokens."""
+        if n > self._batch_size:
+            if self._batch is not None:
+                self.ll.llama_batch_free(self._batch)
+            size = max(n, min(64, self.params.n_ctx))
+            self._batch = self.ll.llama_batch_init(size, 0, self.n_seq_max)
+            self._batch_size = size
+        return self._batch
+
+    def close(self) -> None:
+        """Free the batch and the context (idempotent)."""
+        ll = self.ll
+        if getattr(self, "_batch", None) is not None:
+            ll.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "ctx", None):
+            ll.llama_free(self.ctx)
+            self.ctx = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the bindings may be gone
+            self.close()
+
+
+def _fill_batch(
+    batch: Any,
+    tokens: Sequence[int],
+    positions: Sequence[int],
+    seqs: Sequence[Sequence[int]],
+    want: np.ndarray,
+) -> None:
+    """Write the tokens into a llama_batch (its arrays are C arrays of the right size)."""
+    n = len(tokens)
+    batch.n_tokens = n
+    ctypes.memmove(batch.token, np.ascontiguousarray(tokens, dtype=np.int32).ctypes.data, 4 * n)
+    ctypes.memmove(batch.pos, np.ascontiguousarray(positions, dtype=np.int32).ctypes.data, 4 * n)
+    ctypes.memmove(batch.logits, want.ctypes.data, n)
+    for i, ids in enumerate(seqs):
+        batch.n_seq_id[i] = len(ids)
+        row = batch.seq_id[i]
+        for k, s in enumerate(ids):
+            row[k] = s
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """float64 log-softmax over the last axis of float32 logits (computed in float64).
+
+    Example:
+        >>> log_softmax(np.zeros((1, 4), np.float32)).round(4).tolist()
+        [[-1.3863, -1.3863, -1.3863, -1.3863]]
+    """
+    x = logits.astype(np.float64)
+    x -= x.max(axis=-1, keepdims=True)
+    x -= np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    return x
+
+
+def _token_or_none(value: int) -> int | None:
+    return int(value) if value >= 0 else None
+
+
+class LlamaCppModel:
+    """A GGUF model loaded by llama.cpp, ready to open scoring sessions.
+
+    Attributes the upper layers read, as on `HFModel`: ``name``, ``vocab_size``,
+    ``input_vocab_size``, ``context_length`` (the context's cells: positions a prompt
+    plus its tree may take), ``bos_token_id``, ``eos_token_id``; and ``params``
+    (threads, context size). Each session owns one llama.cpp context; the model owns
+    one more for `sequence_logprobs`.
+    """
+
+    def __init__(self, handle: Any, name: str, params: ContextParams) -> None:
+        ll = bindings()
+        self.ll, self.handle, self.name, self.params = ll, handle, name, params
+        self.vocab = ll.llama_model_get_vocab(handle)
+        self.vocab_size = int(ll.llama_vocab_n_tokens(self.vocab))
+        self.input_vocab_size = self.vocab_size
+        self.context_length = params.n_ctx
+        self.n_ctx_train = int(ll.llama_model_n_ctx_train(handle))
+        self.bos_token_id = _token_or_none(int(ll.llama_vocab_bos(self.vocab)))
+        self.eos_token_id = _token_or_none(int(ll.llama_vocab_eos(self.vocab)))
+        self.device = "cpu"
+        self._oracle: LlamaContext | None = None
+        self._oracle_lock = threading.Lock()
+
+    def session(self, bos_id: int | None = None, trunk_logits_window: int = 8) -> LlamaCppSession:
+        """A new `LlamaCppSession` (its own llama.cpp context) with an empty cache."""
+        from .llamacpp_session import LlamaCppSession
+
+        return LlamaCppSession(self, bos_id=bos_id, trunk_logits_window=trunk_logits_window)
+
+    def new_context(self) -> LlamaContext:
+        """A fresh llama.cpp context with this model's parameters."""
+        return LlamaContext(self)
+
+    def sequence_logprobs(self, tokens: Sequence[int]) -> np.ndarray:
+        """float64 [len(tokens), vocab]: row i is the distribution after tokens[: i + 1],
+        from one plain decode of the sequence in an emptied context (the reference the
+        sessions are tested against)."""
+        ids = [int(t) for t in tokens]
+        if any(t < 0 or t >= self.vocab_size for t in ids):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
+        with self._oracle_lock:
+            if self._oracle is None:
+                self._oracle = self.new_context()
+            ctx = self._oracle
+            ctx.clear()
+            try:
+                return ctx.decode(ids, range(len(ids)), [(0,)] * len(ids), range(len(ids)))
+            finally:
+                ctx.clear()
+
+    def close(self) -> None:
+        """Free the oracle context and the model (sessions must be closed first)."""
+        if self._oracle is not None:
+            self._oracle.close()
+            self._oracle = None
+        if getattr(self, "handle", None):
+            self.ll.llama_model_free(self.handle)
+            self.handle = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self.close()
+
+
+def load_llamacpp_model(
+    path: str | Path, n_ctx: int | None = None, n_threads: int | None = None
+) -> LlamaCppModel:
+    """Load a GGUF file with llama.cpp (CPU); every failure is a one-line BackendError.
+
+    n_ctx: KV cells of each context (default: the model's training context, at most
+    `DEFAULT_N_CTX`); n_threads: default ``os.cpu_count()``.
+
+    Example:
+        >>> try:
+        ...     load_llamacpp_model("/no/such/file.gguf")
+        ... except BackendError as exc:
+        ...     print(str(exc)[:40])
+        model file not found: /no/such/file.gguf
+    """
+    src = Path(path).expanduser()
+    if not src.is_file():
+        raise BackendError(f"model file not found: {path}")
+    ll = bindings()
+    mparams = ll.llama_model_default_params()
+    _take_error()
+    handle = ll.llama_model_load_from_file(str(src).encode(), mparams)
+    if not handle:
+        why = _take_error() or "not a GGUF model file it supports"
+        raise BackendError(f"llama.cpp could not load {path}: {why}")
+    train = int(ll.llama_model_n_ctx_train(handle))
+    ctx_len = int(n_ctx) if n_ctx else min(train if train > 0 else DEFAULT_N_CTX, DEFAULT_N_CTX)
+    threads = int(n_threads) if n_threads else (os.cpu_count() or 1)
+    if ctx_len < 1 or threads < 1:
+        ll.llama_model_free(handle)
+        raise BackendError(f"n_ctx and n_threads must be positive (got {ctx_len}, {threads})")
+    return LlamaCppModel(handle, str(path), ContextParams(n_ctx=ctx_len, n_threads=threads))

@@ -1,0 +1,296 @@
+"""The llama.cpp scoring session: `TreeScoringSession`'s plan on llama.cpp's KV cells.
+
+llama.cpp keeps no rows in an order we choose; it keeps *cells*, each a token's K/V at
+a position, tagged with the set of sequence ids that may attend to it. A token of a
+batch attends to the cells of its *first* sequence id at positions up to its own. So
+a covering tree maps onto cells like this (docs/design.md, "trunk and trie"):
+
+* every row of the session (a trunk token, or a node of the trie of paths) is one cell
+  at its depth in its context;
+* each leaf of the trie (a node no other node extends) gets its own sequence id; a
+  node's cell carries the ids of every leaf below it, and a trunk cell carries the
+  trunk's own id and every leaf id. A branch's id is then one context, the trunk plus
+  the nodes down to its leaf, with one cell per position, as llama.cpp requires;
+* all new tokens (trunk and nodes) go in one ``llama_decode``; new trunk tokens list the
+  trunk id first (they see the trunk), a node lists one of its leaves first.
+
+Between calls, cells whose context is still needed are kept (the plan's ``keep``) and
+re-tagged: each kept cell is found by (one id it has, its position) and the new ids are
+added with ``llama_memory_seq_cp`` (which, in a unified cache, only adds tags), then the
+old ids are removed with ``llama_memory_seq_rm``: cells no new id reached are freed.
+New ids are always ids not in use, so an addition never meets a cell of the same id
+at the same position. No K row is ever shifted: a position never changes.
+
+A tree with more leaves than free sequence ids is scored in several decodes, a group of
+leaves at a time (shared nodes evaluated once per group), and then only the trunk stays
+cached (`LlamaCppSession.logprob_rows` drops the nodes from the bookkeeping).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from .backend import TokenPath, TreeScoringSession
+from .forward_plan import ForwardStep
+from .llamacpp import LlamaCppModel
+
+__all__ = ["LlamaCppSession"]
+
+
+@dataclass
+class _Layout:
+    """The rows of one step before its final `order`: kept rows, then new tokens.
+
+    Example (trunk [5] cached, new nodes (7,) and (7, 8) and (9,)):
+        >>> step = ForwardStep(keep=np.arange(1), tokens=np.array([7, 8, 9]),
+        ...     positions=np.array([1, 2, 1]), row_parent=np.array([-1, 0, 1, 0]),
+        ...     trunk_rows=np.arange(1), logit_queries=np.arange(3), order=np.arange(4))
+        >>> lay = _Layout.of(step, np.array([0]), np.array([5]))
+        >>> lay.leaves, lay.below
+        ([2, 3], {2: [0], 1: [0], 3: [1]})
+    """
+
+    pos: np.ndarray  # [K+Q] position of each row
+    tok: np.ndarray  # [K+Q] token of each row
+    is_trunk: np.ndarray  # [K+Q] bool
+    leaves: list[int]  # trie rows no trie row extends, ascending
+    below: dict[int, list[int]]  # trie row -> indices into `leaves` of the leaves under it
+
+    @classmethod
+    def of(cls, step: ForwardStep, old_pos: np.ndarray, old_tok: np.ndarray) -> _Layout:
+        pos = np.concatenate([old_pos[step.keep], step.positions]).astype(np.int64)
+        tok = np.concatenate([old_tok[step.keep], step.tokens]).astype(np.int64)
+        is_trunk = np.zeros(len(pos), dtype=bool)
+        is_trunk[step.trunk_rows] = True
+        trie = np.flatnonzero(~is_trunk)
+        has_child = np.zeros(len(pos), dtype=bool)
+        parents = step.row_parent[trie]
+        has_child[parents[parents >= 0]] = True
+        leaves = [int(r) for r in trie if not has_child[r]]
+        below: dict[int, list[int]] = {}
+        for j, leaf in enumerate(leaves):
+            row = leaf
+            while row >= 0 and not is_trunk[row]:
+                below.setdefault(row, []).append(j)
+                row = int(step.row_parent[row])
+        return cls(pos, tok, is_trunk, leaves, below)
+
+
+class LlamaCppSession(TreeScoringSession):
+    """`ScoringSession` over a `LlamaCppModel`: one llama.cpp context, the tree's branches
+    as sequences (see module docstring). `close` frees the context.
+
+    Example:
+        >>> session = llama_model.session(bos_id=1)                 # doctest: +SKIP
+        >>> session.logprobs([5, 6], [(), (7,), (7, 8)]).shape      # doctest: +SKIP
+        (3, 49152)
+        >>> session.cache_len()                                     # doctest: +SKIP
+        5
+    """
+
+    def __init__(
+        self, model: LlamaCppModel, bos_id: int | None = None, trunk_logits_window: int = 8
+    ) -> None:
+        super().__init__(model.vocab_size, bos_id, model.input_vocab_size, trunk_logits_window)
+        self.model = model
+        self.llama = model.new_context()
+        self.decodes = 0  # llama_decode calls made (a wide tree takes several)
+        self._trimmed = False  # the last call kept only the trunk cached (a wide tree)
+        self._reset_cells()
+
+    # -- public ---------------------------------------------------------------------------
+
+    def cache_len(self) -> int:
+        """Cells this session holds in llama.cpp's cache (the trunk and the kept nodes)."""
+        return len(self._pos)
+
+    def logprob_rows(self, trunk: Sequence[int], paths: Sequence[TokenPath]) -> list[np.ndarray]:
+        """`TreeScoringSession.logprob_rows`; after a tree too wide to keep, the nodes are
+        forgotten (only the trunk stayed cached)."""
+        rows = super().logprob_rows(trunk, paths)
+        if self._trimmed:
+            self._trimmed = False
+            self._keep_leading_rows(np.arange(len(self._ctx)))
+        return rows
+
+    @contextmanager
+    def stop_inside_forward(self, should_stop: Callable[[], bool]) -> Iterator[None]:
+        """`TreeScoringSession.stop_inside_forward`: llama.cpp asks ``should_stop()``
+        between the operations of its compute graph (its abort callback) and the decode
+        returns early; the session then raises `ForwardStopped` and keeps the trunk rows
+        that were cached before the call."""
+
+        def check(_data: object) -> bool:
+            try:
+                return bool(should_stop())
+            except Exception:  # an exception cannot cross llama.cpp: stop instead
+                return True
+
+        self.llama.set_abort(self.llama.ll.ggml_abort_callback(check))
+        try:
+            yield
+        finally:
+            self.llama.set_abort(None)
+
+    def close(self) -> None:
+        """Free the llama.cpp context (the session cannot be used afterwards)."""
+        self.llama.close()
+
+    # -- TreeScoringSession hooks ---------------------------------------------------------
+
+    def _clear(self) -> None:
+        self.llama.clear()
+        self._reset_cells()
+
+    def _reset_cells(self) -> None:
+        self._pos = np.zeros(0, dtype=np.int64)  # [R] position of each row
+        self._tok = np.zeros(0, dtype=np.int64)  # [R] token of each row
+        self._addr = np.zeros(0, dtype=np.int64)  # [R] a sequence id the row's cell has
+        self._ids: set[int] = set()  # sequence ids with cells
+
+    def _keep_rows(self, rows: int) -> bool:
+        """Keep rows 0..rows-1 (a chain: the trunk before a stopped call) and nothing else.
+
+        They are the ancestors of row rows-1, so the id it was found by holds them all,
+        at positions 0..rows-1; every other id, and that id's later cells, go.
+        """
+        if rows > len(self._pos):
+            return False
+        keep_id = int(self._addr[rows - 1])
+        for seq in self._ids - {keep_id}:
+            self.llama.seq_rm(seq)
+        self.llama.seq_rm(keep_id, rows, -1)
+        if self.llama.seq_pos_range(keep_id) != (0, rows - 1):
+            return False
+        self._pos, self._tok = np.arange(rows, dtype=np.int64), self._tok[:rows]
+        self._addr = np.full(rows, keep_id, dtype=np.int64)
+        self._ids = {keep_id}
+        return True
+
+    def _apply(self, step: ForwardStep) -> np.ndarray:
+        lay = _Layout.of(step, self._pos, self._tok)
+        kept_ids = set(self._addr[step.keep].tolist())
+        if 1 + len(lay.leaves) + len(kept_ids) > self.llama.n_seq_max:
+            logprobs = self._apply_wide(step, lay)
+        else:
+            logprobs = self._apply_tree(step, lay, kept_ids)
+        self._pos, self._tok, self._addr = (a[step.order] for a in (lay.pos, lay.tok, self._addr))
+        return logprobs
+
+    # -- one decode -----------------------------------------------------------------------
+
+    def _apply_tree(self, step: ForwardStep, lay: _Layout, kept_ids: set[int]) -> np.ndarray:
+        """Re-tag the kept cells with fresh ids, then decode every new token at once."""
+        for seq in self._ids - kept_ids:  # frees the dropped cells that only they held
+            self.llama.seq_rm(seq)
+        free = [s for s in range(self.llama.n_seq_max) if s not in kept_ids]
+        trunk_id, leaf_ids = free[0], free[1 : 1 + len(lay.leaves)]
+        ids_of = self._ids_of(lay, trunk_id, leaf_ids)
+        self._retag(step, lay, ids_of)
+        self._pos, self._tok = lay.pos, lay.tok
+        for seq in kept_ids:
+            self.llama.seq_rm(seq)
+        self._ids = {trunk_id, *leaf_ids}
+        self._addr = np.array([ids_of(r)[0] for r in range(len(lay.pos))], dtype=np.int64)
+        n_keep = len(step.keep)
+        seqs = [ids_of(n_keep + q) for q in range(len(step.tokens))]
+        self.decodes += 1
+        return self.llama.decode(step.tokens, step.positions, seqs, step.logit_queries)
+
+    @staticmethod
+    def _ids_of(lay: _Layout, trunk_id: int, leaf_ids: list[int]) -> Callable[[int], list[int]]:
+        """Row -> its sequence ids, the one it attends by first."""
+        trunk_ids = [trunk_id, *leaf_ids]
+
+        def ids_of(row: int) -> list[int]:
+            return trunk_ids if lay.is_trunk[row] else [leaf_ids[j] for j in lay.below[row]]
+
+        return ids_of
+
+    def _retag(self, step: ForwardStep, lay: _Layout, ids_of: Callable[[int], list[int]]) -> None:
+        """Add each kept cell's new ids, a run of trunk cells at a time."""
+        n_keep = len(step.keep)
+        if n_keep == 0:
+            return
+        addr, pos, trunk = self._addr[step.keep], lay.pos[:n_keep], lay.is_trunk[:n_keep]
+        joins = trunk[1:] & trunk[:-1] & (addr[1:] == addr[:-1]) & (pos[1:] == pos[:-1] + 1)
+        starts = np.flatnonzero(np.concatenate([[True], ~joins]))
+        ends = np.append(starts[1:], n_keep)
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            src, p0, p1 = int(addr[start]), int(pos[start]), int(pos[end - 1]) + 1
+            for dst in ids_of(start):
+                self.llama.seq_cp(src, dst, p0, p1)
+
+    # -- a tree wider than the free ids ---------------------------------------------------
+
+    def _apply_wide(self, step: ForwardStep, lay: _Layout) -> np.ndarray:
+        """Score a tree with too many leaves: keep the cached trunk prefix, evaluate the
+        rest of the trunk, then each group of leaves with its branches in its own decode
+        (freed after it). Only the trunk stays cached."""
+        n_keep = len(step.keep)
+        cached = _cached_trunk_prefix(step, lay, len(self._ctx))  # rows that stay in place
+        if not (cached and self._keep_rows(cached)):
+            cached = 0
+            self._clear()
+        trunk_id = int(self._addr[0]) if cached else 0
+        self._ids = {trunk_id}
+        wanted = {n_keep + int(q): j for j, q in enumerate(step.logit_queries)}
+        out = np.zeros((len(step.logit_queries), self.vocab_size), dtype=np.float64)
+        rows = [int(r) for r in step.trunk_rows[cached:]]
+        self._decode_rows(lay, rows, [[trunk_id]] * len(rows), wanted, out)
+        n_trunk = len(step.trunk_rows)
+        room = self.llama.n_seq_max - 1
+        leaf_ids = [s for s in range(self.llama.n_seq_max) if s != trunk_id][:room]
+        for first in range(0, len(lay.leaves), room):
+            group = range(first, min(first + room, len(lay.leaves)))
+            rows = sorted(r for r, under in lay.below.items() if any(j in group for j in under))
+            for j in group:
+                self.llama.seq_cp(trunk_id, leaf_ids[j - first], 0, n_trunk)
+            self._ids |= {leaf_ids[j - first] for j in group}
+            seqs = [[leaf_ids[j - first] for j in lay.below[r] if j in group] for r in rows]
+            self._decode_rows(lay, rows, seqs, wanted, out)
+            for j in group:
+                self.llama.seq_rm(leaf_ids[j - first])
+            self._ids = {trunk_id}
+        self._trimmed = True  # logprob_rows drops the nodes: only trunk rows are cached
+        self._pos, self._tok = lay.pos, lay.tok
+        self._addr = np.full(len(lay.pos), trunk_id, dtype=np.int64)
+        return out
+
+    def _decode_rows(
+        self,
+        lay: _Layout,
+        rows: list[int],
+        seqs: list[list[int]],
+        wanted: dict[int, int],
+        out: np.ndarray,
+    ) -> None:
+        """Decode layout rows with the given ids; their rows of `wanted` go into `out`."""
+        if not rows:
+            return
+        queries = [i for i, r in enumerate(rows) if r in wanted]
+        self.decodes += 1
+        lp = self.llama.decode(lay.tok[rows], lay.pos[rows], seqs, queries)
+        for i, values in zip(queries, lp, strict=True):
+            out[wanted[rows[i]]] = values
+
+
+def _cached_trunk_prefix(step: ForwardStep, lay: _Layout, old_trunk: int) -> int:
+    """How many leading kept rows are old trunk rows in place that stay trunk rows.
+
+    Example (old trunk of 3 rows; the new one keeps 2 of them, then an old node):
+        >>> step = ForwardStep(keep=np.array([0, 1, 4]), tokens=np.zeros(0, np.int64),
+        ...     positions=np.zeros(0, np.int64), row_parent=np.array([-1, 0, 1]),
+        ...     trunk_rows=np.arange(3), logit_queries=np.zeros(0, np.int64),
+        ...     order=np.arange(3))
+        >>> _cached_trunk_prefix(step, _Layout.of(step, np.arange(5), np.arange(5)), 3)
+        2
+    """
+    keep = step.keep[:old_trunk]
+    run = int(np.argmin(np.append(keep == np.arange(len(keep)), False)))
+    trunk = np.append(lay.is_trunk[:run], False)
+    return int(np.argmin(trunk))
