@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import BackendError, ForwardStopped, UnsupportedCacheError
-from .backend import ForwardStep, TreeScoringSession
+from .backend import TreeScoringSession
 from .context_fit import context_length
 from .cpu_head import speed_up_output_head
+from .forward_plan import ForwardStep
 from .kvcache import KVCache, cache_argument
 from .tree_mask import TreeMaskPlan, tree_mask_plan
 

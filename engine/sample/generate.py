@@ -1,7 +1,7 @@
 """Completion from a byte prefix: ByteSampler (PBP mode or byte mode), token healing and
 the naive tokenize-then-generate baseline, all behind one API.
 
->>> from midword.engine.model.backend import FakeModel                          # doctest: +SKIP
+>>> from midword.engine.model.fake import FakeModel                             # doctest: +SKIP
 >>> engine = load_engine("models/default")                                # doctest: +SKIP
 >>> completer = Completer(FakeModel(engine.tok.size), engine)              # doctest: +SKIP
 >>> completer.complete(b"self.assertEq", Settings(max_tokens=8)).text      # doctest: +SKIP

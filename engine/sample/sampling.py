@@ -16,7 +16,7 @@ renormalize over what is left.
 
 Example (a fake model, so the numbers are arbitrary but deterministic):
 
->>> from midword.engine.model.backend import FakeModel                     # doctest: +SKIP
+>>> from midword.engine.model.fake import FakeModel                        # doctest: +SKIP
 >>> engine = load_engine("models/default")                           # doctest: +SKIP
 >>> sampler = ByteSampler(FakeModel(engine.tok.size), engine)         # doctest: +SKIP
 >>> sampler.reset(b"def f")                                           # doctest: +SKIP

@@ -19,14 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 from midword.engine.errors import BackendError
-from midword.engine.model import backend
-from midword.engine.model.backend import (
-    FakeModel,
-    ForwardStep,
-    ScoringSession,
-    TokenPath,
-    TreeScoringSession,
-)
+from midword.engine.model import backend, fake, forward_plan
+from midword.engine.model.backend import ScoringSession, TokenPath, TreeScoringSession
+from midword.engine.model.fake import FakeModel
+from midword.engine.model.forward_plan import ForwardStep
 
 # MIDWORD_TEST_DEVICE / MIDWORD_TEST_DTYPE run the HF tests elsewhere (cuda_check.sh:
 # cuda, float32 and bfloat16); the default is the exactness check, float64 on the CPU
@@ -511,8 +507,8 @@ def test_fake_session_sees_only_the_mask() -> None:
 
 
 def test_backend_doctests() -> None:
-    result = doctest.testmod(backend)
-    assert result.failed == 0 and result.attempted > 10
+    results = [doctest.testmod(module) for module in (backend, forward_plan, fake)]
+    assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 10
 
 
 def test_backend_import_is_light() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from midword.engine.model.backend import FakeModel
+from midword.engine.model.fake import FakeModel
 from midword.engine.sample import sampling
 from midword.engine.sample.generate import _pick
 from midword.engine.sample.sampling import ByteSampler, Transform

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from midword.engine.model.backend import FakeModel
+from midword.engine.model.fake import FakeModel
 from midword.engine.sample.generate import Completer, Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import pytest
 from midword.engine import VCT, Tree, load_engine
-from midword.engine.model.backend import FakeModel
+from midword.engine.model.fake import FakeModel
 from midword.engine.sample.generate import Completer, Settings
 from midword.engine.sample.lazy_pbp import LazyTree
 from midword.engine.sample.sampling import Transform

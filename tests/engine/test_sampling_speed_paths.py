@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from midword.engine import load_engine
-from midword.engine.model.backend import FakeModel
+from midword.engine.model.fake import FakeModel
 from midword.engine.sample.sampling import (
     ByteSampler,
     LeafSet,

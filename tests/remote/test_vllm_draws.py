@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 import pytest
 from midword.engine import VCT, load_engine
-from midword.engine.model.backend import FakeModel
+from midword.engine.model.fake import FakeModel
 from midword.engine.remote.backend import RemoteCompleter, VLLMClient, VLLMModel
 from midword.engine.remote.sampling import SEED_STEP
 from midword.engine.sample.generate import Interrupted, Settings

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from midword.engine import load_engine
-from midword.engine.model.backend import FakeModel
+from midword.engine.model.fake import FakeModel
 from midword.engine.sample.generate import Interrupted, Settings
 from midword.server import worker
 from midword.server.live import SingleModel

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from midword.engine import build_tree, load_engine
-from midword.engine.model.backend import FakeModel
+from midword.engine.model.fake import FakeModel
 from midword.engine.sample.generate import Interrupted, Settings
 from midword.server.controller import Controller, EditItem, InlineItem
 from midword.server.document import Range

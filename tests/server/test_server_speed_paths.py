@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from midword.engine import load_engine
-from midword.engine.model.backend import FakeModel, _common_prefix_len, _list_lcp
+from midword.engine.model.fake import FakeModel
+from midword.engine.model.forward_plan import _common_prefix_len, _list_lcp
 from midword.engine.sample.generate import Completer, Settings, _choose, _LazyRng, _pick
 from midword.engine.sample.sampling import Transform
 from midword.server.controller import Controller
