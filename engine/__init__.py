@@ -89,6 +89,13 @@ _FACE: dict[str, tuple[str, ...]] = {
         "Settings",
         "SOLVES",
     ),
+    "sample.candidates": (
+        "CandidateScore",
+        "END_CONDITIONS",
+        "IDENTIFIER_BYTES",
+        "score_continuations",
+        "typed_identifier",
+    ),
     "sample.fim": (
         "FIM_CHOICES",
         "FimCompleter",
