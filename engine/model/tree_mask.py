@@ -46,6 +46,7 @@ VERIFIED_ARCHITECTURES: dict[str, str] = {
     "qwen2": _BY_LAYER_TYPE,
     "qwen2_moe": _BY_LAYER_TYPE,
     "qwen3": _BY_LAYER_TYPE,
+    "qwen3_moe": _ONE_WINDOW,  # Qwen3-Coder-30B-A3B; every layer slides when use_sliding_window
     "starcoder2": _ONE_WINDOW,
 }
 _LAYER_TYPES = ("full_attention", "sliding_attention")

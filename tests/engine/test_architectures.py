@@ -96,6 +96,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gpt2": _GPT,
     "phi": {},
     "qwen2_moe": dict(_MOE, num_experts=4, shared_expert_intermediate_size=32),
+    "qwen3_moe": dict(  # Qwen3-Coder-30B-A3B: routed experts only, q/k norms, a window
+        _MOE, num_experts=4, decoder_sparse_step=1, use_sliding_window=True, sliding_window=WINDOW
+    ),
     "mixtral": dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW),
     "deepseek_v3": dict(  # multi-head latent attention, routed and shared experts
         _MOE,
