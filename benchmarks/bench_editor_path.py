@@ -1,4 +1,5 @@
-"""The editor path on the default model: keystroke to inline item, next to plain `generate()`.
+"""The editor path on the default model: keystroke to inline item, on each backend, next to
+a plain completion on the same backend.
 
 A real `midword serve` process over stdio (JSON-RPC, as an editor runs it) holds a
 2,000-line Python file. At a few spots in its second half a line is cleared and typed
@@ -17,6 +18,15 @@ transformers `generate()` in this process, on the same threads:
   the new prompt shares with the last one: plain `generate()` with the KV reuse the
   server has. This is the comparison the 1.1x goal is about.
 
+With ``--backends llamacpp,torch`` (the default when llama-cpp-python is installed and the
+model is a GGUF file) the same keys are typed into one server per backend. The llama.cpp
+run's plain reference is a **naive llama.cpp completion**: llama-cpp-python's own
+`Llama.generate()` on the window's tokens, greedy, which reuses the KV cache of the
+prefix the prompt shares with the previous one (what llama.vscode's server does). The
+closing table puts the three side by side: midword on llama.cpp, midword on torch, naive
+llama.cpp (goals: midword on llama.cpp at most 1.10x the naive column and 0.5x torch).
+Each server's RSS (``midword/stats``) is printed after its keys.
+
 Where the server's time goes: its debug log (one line per answer, read from the
 ``window/logMessage`` notifications) splits each answer into the prepare step (VCT
 moved to the prefix, covering tree built and scored by the model), sampling and post
@@ -25,7 +35,7 @@ queue (LSP overhead). ``--profile-keys N`` then types N keys through the server'
 `Controller` in process under cProfile and prints the functions that take the time,
 forward passes apart.
 
-    python benchmarks/bench_editor_path.py [--model M] [--spots 4] [--keys 24]
+    python benchmarks/bench_editor_path.py [--model M] [--backends llamacpp,torch] [--spots 4]
 
 >>> percentile([3.0, 1.0, 2.0, 4.0], 0.5)
 3.0
@@ -227,6 +237,8 @@ class ServerLog:
 class PlainGenerate:
     """transformers' own `generate()`: greedy, exactly the asked number of new tokens."""
 
+    label = "plain generate()"
+
     def __init__(self, folder: str, dtype: str, device: str) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -288,8 +300,45 @@ class PlainGenerate:
         return out[0].tolist()
 
 
+class PlainLlama:
+    """A naive llama.cpp completion: llama-cpp-python's `Llama.generate()` on the window's
+    tokens (BOS as the file says), greedy, exactly the asked number of new tokens; it
+    reuses the KV rows of the prefix the prompt shares with the previous call (`warm`),
+    or starts from an empty cache (`cold`)."""
+
+    label = "naive llama.cpp (Llama.generate)"
+
+    def __init__(self, path: str, threads: int, n_ctx: int = 4096) -> None:
+        from llama_cpp import Llama
+
+        self.llm = Llama(path, n_ctx=n_ctx, n_threads=threads, n_batch=512, verbose=False)
+
+    def ids(self, prompt: str) -> list[int]:
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
+
+    def warm(self, prompt: str, new: int) -> tuple[float, float, str, int]:
+        return self._run(prompt, new, reset=False)
+
+    def cold(self, prompt: str, new: int) -> tuple[float, float, str, int]:
+        return self._run(prompt, new, reset=True)
+
+    def _run(self, prompt: str, new: int, reset: bool) -> tuple[float, float, str, int]:
+        started, cpu = time.perf_counter(), time.process_time()
+        ids = self.ids(prompt)
+        if reset:
+            self.llm.reset()
+        out: list[int] = []
+        for token in self.llm.generate(ids, temp=0.0, top_k=1, reset=True):
+            out.append(token)
+            if len(out) >= new:
+                break
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        text = self.llm.detokenize(out).decode("utf-8", errors="replace")
+        return seconds, cpu, text, len(ids)
+
+
 # ---------------------------------------------------------------------- the run
-async def start_server(args: argparse.Namespace, log: ServerLog) -> Any:
+async def start_server(args: argparse.Namespace, log: ServerLog, backend: str) -> Any:
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
@@ -305,7 +354,9 @@ async def start_server(args: argparse.Namespace, log: ServerLog) -> Any:
         )
     )
     await client.initialize_async(
-        types.InitializeParams(capabilities=caps, initialization_options=server_options(args))
+        types.InitializeParams(
+            capabilities=caps, initialization_options=server_options(args, backend)
+        )
     )
     client.initialized(types.InitializedParams())
     # pygls pipes the server's stderr: read it, or a full pipe would block the server's log
@@ -322,9 +373,10 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
-def server_options(args: argparse.Namespace) -> dict[str, Any]:
+def server_options(args: argparse.Namespace, backend: str = "auto") -> dict[str, Any]:
     return {
         "model": args.model,
+        "backend": backend,
         "device": args.device,
         "dtype": args.dtype,
         "maxTokens": args.tokens,
@@ -336,7 +388,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def type_spots(
-    client: Any, log: ServerLog, plain: PlainGenerate, text: str, args: argparse.Namespace
+    client: Any, log: ServerLog, plain: Any, text: str, args: argparse.Namespace
 ) -> list[Key]:
     buffer = Buffer(client, text)
     server = ProcessClock(client._server.pid)
@@ -396,20 +448,20 @@ def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.0f} ms"
 
 
-def report(keys: list[Key]) -> None:
+def report(keys: list[Key], backend: str = "torch", plain: str = "plain generate()") -> None:
     cold = [k for k in keys if k.cold > 0]
     paths = {  # name: (keys, wall seconds, CPU seconds)
-        "midword serve over stdio: keystroke -> inline item": (
+        f"midword serve over stdio ({backend}): keystroke -> inline item": (
             keys,
             [k.latency for k in keys],
             [k.server_cpu + k.client_cpu for k in keys],
         ),
-        "plain generate(), KV cache reused (warm)": (
+        f"{plain}, KV cache reused (warm)": (
             keys,
             [k.warm for k in keys],
             [k.warm_cpu for k in keys],
         ),
-        f"plain generate(), whole window each time (cold; {len(cold)} keys)": (
+        f"{plain}, whole window each time (cold; {len(cold)} keys)": (
             cold,
             [k.cold for k in cold],
             [k.cold_cpu for k in cold],
@@ -436,7 +488,7 @@ def report(keys: list[Key]) -> None:
             f"p50 {ratios[2]}, p95 {ratios[3]}; median of per-key wall ratios {paired:.2f}x"
         )
     report_split(keys)
-    print("\nexamples (end of the prompt | midword's item | plain generate()'s text):")
+    print(f"\nexamples (end of the prompt | midword's item | {plain}'s text):")
     for key in keys[:: max(1, len(keys) // 4)]:
         print(f"   {key.typed!r} | {key.item!r} | {key.plain_text!r}")
 
@@ -473,13 +525,13 @@ def report_split(keys: list[Key]) -> None:
 
 
 # ---------------------------------------------------------------------- in-process profile
-async def profile(text: str, args: argparse.Namespace) -> None:
+async def profile(text: str, args: argparse.Namespace, backend: str = "auto") -> None:
     """The same kind of keys through the server's Controller in process, under cProfile."""
     from midword.server.controller import Controller
     from midword.server.document import Range
 
     controller = Controller()
-    controller.configure({**server_options(args), "logLevel": "error"}, initial=True)
+    controller.configure({**server_options(args, backend), "logLevel": "error"}, initial=True)
     while not controller.host.ready:
         if controller.host.status.state == "error":
             raise SystemExit(controller.host.status.message)
@@ -514,16 +566,65 @@ async def profile(text: str, args: argparse.Namespace) -> None:
     stats.sort_stats("cumulative").print_stats(r"midword|engine|server|generation|modeling", 30)
 
 
-def main() -> None:
-    from midword.engine import prepare_model
+def side_by_side(runs: dict[str, list[Key]]) -> None:
+    """The closing table: midword on each backend, and the naive llama.cpp completion
+    (the llama.cpp run's warm reference), over the same keys; ratios per key, paired."""
+    cols: dict[str, tuple[list[float], list[float]]] = {}
+    for backend, keys in runs.items():
+        cols[f"midword on {backend}"] = (
+            [k.latency for k in keys],
+            [k.server_cpu + k.client_cpu for k in keys],
+        )
+    if "llamacpp" in runs:
+        keys = runs["llamacpp"]
+        cols["naive llama.cpp, prefix cache reused"] = (
+            [k.warm for k in keys],
+            [k.warm_cpu for k in keys],
+        )
+    print("\n## side by side (same keys)\n")
+    print("| path | wall p50 | wall p95 | CPU p50 | CPU p95 |\n| --- | --- | --- | --- | --- |")
+    for name, (wall, cpu) in cols.items():
+        cells = [_ms(percentile(v, q)) for v in (wall, cpu) for q in (0.5, 0.95)]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    pairs = [
+        ("midword on llamacpp", "naive llama.cpp, prefix cache reused", 1.10),
+        ("midword on llamacpp", "midword on torch", 0.5),
+    ]
+    for ours, base, goal in pairs:
+        if ours not in cols or base not in cols:
+            continue
+        n = min(len(cols[ours][0]), len(cols[base][0]))
+        wall = [cols[ours][0][i] / cols[base][0][i] for i in range(n)]
+        cpu = [cols[ours][1][i] / max(cols[base][1][i], 1e-9) for i in range(n)]
+        print(
+            f"{ours} / {base}: wall p50 ratio "
+            f"{percentile(cols[ours][0], 0.5) / percentile(cols[base][0], 0.5):.2f}x, median of "
+            f"per-key ratios {statistics.median(wall):.2f}x (CPU {statistics.median(cpu):.2f}x);"
+            f" goal at most {goal:.2f}x"
+        )
 
+
+def default_backends(model: str) -> str:
+    """llamacpp,torch for a GGUF file when llama-cpp-python is installed, else torch."""
+    from midword.engine import choose_backend
+
+    return "llamacpp,torch" if choose_backend(model).backend == "llamacpp" else "torch"
+
+
+def main() -> None:
     from midword.models import default_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model (default: midword's default)")
+    parser.add_argument(
+        "--backends",
+        default=None,
+        help="comma-separated: llamacpp, torch (default: both for a GGUF file when "
+        "llama-cpp-python is installed, else torch)",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
+    parser.add_argument("--threads", type=int, default=1, help="model threads, both sides")
     parser.add_argument("--lines", type=int, default=2000, help="lines in the file")
     parser.add_argument("--spots", type=int, default=4, help="lines typed again")
     parser.add_argument("--keys", type=int, default=24, help="keys typed at each spot")
@@ -533,39 +634,55 @@ def main() -> None:
     )
     parser.add_argument("--profile-keys", type=int, default=16, help="0: no profile")
     parser.add_argument(
-        "--cold-every", type=int, default=4, help="cold generate() on every Nth key (slow)"
+        "--cold-every", type=int, default=4, help="cold plain completion on every Nth key (slow)"
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     args.model = str(args.model or default_model())
+    backends = (args.backends or default_backends(args.model)).split(",")
 
     import torch
 
     torch.set_num_threads(args.threads)
     text = two_thousand_lines(args.lines)
-    plain = PlainGenerate(
-        prepare_model(args.model, args.device, args.dtype), args.dtype, args.device
-    )
     print(
-        f"model: {args.model}; {args.lines}-line file; {args.spots} spots x {args.keys} keys;"
-        f" {args.tokens} tokens; {args.threads} torch thread(s) each side; {args.device}, "
-        f"{args.dtype}"
+        f"model: {args.model}; backends: {', '.join(backends)}; {args.lines}-line file; "
+        f"{args.spots} spots x {args.keys} keys; {args.tokens} tokens; {args.threads} "
+        f"thread(s) each side; {args.device}, {args.dtype}"
     )
-    asyncio.run(run(args, text, plain))
+    asyncio.run(run(args, text, backends))
 
 
-async def run(args: argparse.Namespace, text: str, plain: PlainGenerate) -> None:
-    log = ServerLog()
-    client = await start_server(args, log)
-    try:
-        keys = await type_spots(client, log, plain, text, args)
-    finally:
-        await client.shutdown_async(None)
-        client.exit(None)
-        await client.stop()
-    report(keys)
+def plain_reference(args: argparse.Namespace, backend: str) -> Any:
+    """The plain completion the backend's keys are compared with, on the same threads."""
+    if backend == "llamacpp":
+        return PlainLlama(args.model, args.threads)
+    from midword.engine import prepare_model
+
+    folder = prepare_model(args.model, args.device, args.dtype)
+    return PlainGenerate(folder, args.dtype, args.device)
+
+
+async def run(args: argparse.Namespace, text: str, backends: list[str]) -> None:
+    runs: dict[str, list[Key]] = {}
+    for backend in backends:
+        plain = plain_reference(args, backend)
+        log = ServerLog()
+        client = await start_server(args, log, backend)
+        try:
+            runs[backend] = await type_spots(client, log, plain, text, args)
+            stats = await client.protocol.send_request_async("midword/stats", {})
+            rss = getattr(stats, "rssBytes", 0)
+        finally:
+            await client.shutdown_async(None)
+            client.exit(None)
+            await client.stop()
+        print(f"\n# {backend}: server RSS after its keys {rss / 2**20:.0f} MiB\n")
+        report(runs[backend], backend, plain.label)
+        del plain
+    side_by_side(runs)
     if args.profile_keys:
-        await profile(text, args)
+        await profile(text, args, backends[0])
 
 
 if __name__ == "__main__":
