@@ -96,6 +96,12 @@ _FACE: dict[str, tuple[str, ...]] = {
         "score_continuations",
         "typed_identifier",
     ),
+    "sample.guided": (
+        "complete_guided",
+        "GUIDED_METHOD",
+        "Guided",
+        "MIN_MASS",
+    ),
     "sample.fim": (
         "FIM_CHOICES",
         "FimCompleter",

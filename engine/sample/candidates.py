@@ -53,6 +53,7 @@ from .sampling import NEG_INF, ByteSampler, NextBytes, logsumexp
 
 __all__ = [
     "END_CONDITIONS",
+    "ENDING_BYTES",
     "IDENTIFIER_BYTES",
     "CandidateScore",
     "ending_logprob",
@@ -67,7 +68,7 @@ _ASCII_NAME = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 # character (a lead byte starts one, a continuation byte finishes one a candidate cut)
 IDENTIFIER_BYTES: frozenset[int] = frozenset(_ASCII_NAME) | frozenset(range(0x80, 0x100))
 # the bytes after which the name has ended, as an index array for the 256-byte rows
-_ENDING_BYTES = np.array([b for b in range(256) if b not in IDENTIFIER_BYTES], dtype=np.int64)
+ENDING_BYTES = np.array([b for b in range(256) if b not in IDENTIFIER_BYTES], dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def ending_logprob(dist: NextBytes) -> float:
     >>> round(float(np.exp(ending_logprob(NextBytes(nxt, np.log(0.125))))), 6)
     0.375
     """
-    return logsumexp(np.append(dist.next[_ENDING_BYTES], dist.eos))
+    return logsumexp(np.append(dist.next[ENDING_BYTES], dist.eos))
 
 
 def typed_identifier(prefix: bytes) -> bytes:

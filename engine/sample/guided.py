@@ -1,0 +1,272 @@
+"""Guided completion (issue 39): the next name comes from a list the editor knows (its
+language server's symbols), chosen by the model's exact probabilities; the rest is an
+ordinary exact completion from the text after the name.
+
+Given a byte prefix that may end inside a name (``self.assertEq``) and candidate names
+(``assertEqual``, ``assertEquals``, ``assertIn``, ...):
+
+1. the name typed so far is the identifier at the end of the prefix (`typed_identifier`);
+   the candidates that extend it are scored exactly (`score_continuations`), by default
+   with the name ending after them (``end="identifier"``);
+2. one is chosen from their renormalized probabilities, with the temperature, top-k and
+   top-p of the `Settings` (greedy: the likeliest);
+3. with ``end="identifier"``, the byte after the name is drawn from the exact next-byte
+   distribution restricted to the bytes that end a name and the end of text (the same
+   transform); the completion then goes on with `Completer.complete` from the prefix, the
+   name and that byte. The ByteSampler conditions on any byte prefix, so each step is the
+   model's exact distribution given what was chosen before it.
+
+The guidance stands aside, with a reason the caller may log, when no candidate extends
+what was typed or the candidates together hold less than ``min_mass`` of the probability
+(the model wants something else there: a keyword, a new name, an expression). The caller
+then gets no completion, or with ``fallback=True`` the unguided one.
+
+With ``end="identifier"`` the candidates are disjoint events (different names that end
+where they end), so their probabilities add up to at most one; with ``end="none"`` a name
+that extends another (``assertEquals``, ``assertEqual``) also counts in the shorter one's.
+A fill-in-the-middle completer guides the same way: move it to the cursor
+(`FimCompleter.move_to`) and pass its ``completer`` with the bytes it covers.
+
+>>> from midword.engine import load_engine
+>>> from midword.engine.model.fake import FakeModel
+>>> engine = load_engine("models/default")
+>>> completer = Completer(FakeModel(engine.tok.size, seed=1), engine)
+>>> names = ["assertEqual", "assertEquals", "assertIn"]
+>>> guided = complete_guided(completer, b"self.assertEq", names, Settings(max_tokens=2))
+>>> guided.method, guided.chosen in names[:2], guided.completion.text.startswith("ual")
+('bytesampler+symbols', True, True)
+>>> complete_guided(completer, b"self.assertEq", ["assertIn"]).reason
+"no candidate extends 'assertEq'"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .candidates import ENDING_BYTES, CandidateScore, score_continuations, typed_identifier
+from .generate import Completer, Completion, Cut, Settings, StopCheck
+from .sampling import NEG_INF, Transform, logsumexp
+
+__all__ = ["GUIDED_METHOD", "MIN_MASS", "Guided", "complete_guided"]
+
+GUIDED_METHOD = "bytesampler+symbols"
+# below this share of the probability the candidates are not what the model wants here
+MIN_MASS = 0.05
+_EOS = -1  # the end of text, among the bytes that may follow a name
+
+
+@dataclass
+class Guided:
+    """A guided completion, or why there is none (``reason``, empty when guided).
+
+    ``chosen`` is the candidate name; ``logprob`` its exact log-probability given the
+    prefix (under the end condition); ``share`` its probability among the candidates;
+    ``mass`` the candidates' total probability. ``method`` is `GUIDED_METHOD` when guided,
+    else the settings' method (the unguided completion when ``fallback`` asked for it)."""
+
+    completion: Completion | None
+    method: str
+    reason: str = ""
+    chosen: str | None = None
+    logprob: float | None = None
+    share: float | None = None
+    mass: float = 0.0
+
+    @property
+    def guided(self) -> bool:
+        return not self.reason
+
+    def to_json(self) -> dict:
+        """`Completion.to_json` and what guided it."""
+        out = self.completion.to_json() if self.completion is not None else {"completion": None}
+        out.update(method=self.method, guided=self.guided, reason=self.reason)
+        out.update(chosen=self.chosen, logprob=self.logprob, share=self.share, mass=self.mass)
+        return out
+
+
+def complete_guided(
+    completer: Completer,
+    prefix: bytes,
+    names: Sequence[str],
+    settings: Settings | None = None,
+    *,
+    end: str = "identifier",
+    min_mass: float = MIN_MASS,
+    fallback: bool = False,
+    should_stop: StopCheck | None = None,
+    cut: Cut | None = None,
+    deadline: float | None = None,
+) -> Guided:
+    """Complete ``prefix`` with its next name taken from ``names`` (see the module docstring).
+
+    The hooks are `Completer.complete`'s; stop strings and ``cut`` see the name too.
+    Raises ValueError unless ``settings.method`` is "bytesampler" (the only exact one).
+    """
+    settings = settings or Settings()
+    if settings.method != "bytesampler":
+        raise ValueError(f"guided completion is exact only with bytesampler, not {settings.method}")
+    started = time.perf_counter()
+    typed = typed_identifier(prefix)
+    rests = _rests(names, typed)
+    if not rests:
+        reason = f"no candidate extends {typed.decode('utf-8', 'replace')!r}"
+        return _unguided(completer, prefix, settings, reason, fallback, should_stop, cut, deadline)
+    scores = score_continuations(
+        completer.sampler, prefix, list(rests), end, should_stop=should_stop
+    )
+    total = logsumexp(np.array([s.logprob for s in scores]))
+    mass = float(np.exp(total)) if total > NEG_INF else 0.0
+    if not mass or mass < min_mass:
+        reason = f"the candidates hold {mass:.3g} of the probability, under {min_mass:g}"
+        return _unguided(completer, prefix, settings, reason, fallback, should_stop, cut, deadline)
+    chosen, head, ended = _choose(scores, total, end, settings)
+    completion = _go_on(completer, prefix, head, ended, settings, cut, should_stop, deadline)
+    return _guided(completion, rests[chosen.continuation], chosen, total, mass, started)
+
+
+def _choose(
+    scores: list[CandidateScore], total: float, end: str, settings: Settings
+) -> tuple[CandidateScore, bytes, bool]:
+    """(the chosen candidate, the bytes it puts after the prefix, whether the text ends
+    there): the candidate drawn from the renormalized scores, and with ``end="identifier"``
+    the byte after it (or the end of text)."""
+    rng = np.random.default_rng(settings.seed)
+    logps = np.array([s.logprob for s in scores])
+    chosen = scores[_draw(logps - total, settings.transform, rng)]
+    if end != "identifier":
+        return chosen, chosen.continuation, False
+    after = _draw_ending(chosen, settings, rng)
+    if after == _EOS:
+        return chosen, chosen.continuation, True
+    return chosen, chosen.continuation + bytes([after]), False
+
+
+def _rests(names: Sequence[str], typed: bytes) -> dict[bytes, str]:
+    """What each name that extends ``typed`` adds to it -> the name (the first of equals).
+
+    >>> _rests(["assertEqual", "assertIn", "assertEqual"], b"assertEq")
+    {b'ual': 'assertEqual'}
+    """
+    rests: dict[bytes, str] = {}
+    for name in names:
+        data = name.encode()
+        if data.startswith(typed):
+            rests.setdefault(data[len(typed) :], name)
+    return rests
+
+
+def _draw(logp: np.ndarray, transform: Transform, rng: np.random.Generator) -> int:
+    """An index drawn from normalized log-probs after ``transform`` (greedy: the argmax,
+    the first of ties).
+
+    >>> rng = np.random.default_rng(0)
+    >>> _draw(np.log([0.2, 0.5, 0.3]), Transform(temperature=0), rng)
+    1
+    >>> _draw(np.log([0.2, 0.5, 0.3]), Transform(top_p=0.4), rng)
+    1
+    """
+    if transform.is_greedy:
+        return int(np.argmax(logp))
+    weights = np.exp(transform.apply(logp))
+    return int(rng.choice(weights.size, p=weights / weights.sum()))
+
+
+def _draw_ending(score: CandidateScore, settings: Settings, rng: np.random.Generator) -> int:
+    """The byte that ends the chosen name (or `_EOS`), drawn from the exact distribution
+    after it restricted to the bytes that end a name and the end of text."""
+    after = score.after
+    assert after is not None  # scored under end="identifier" and reachable (it was chosen)
+    eos = NEG_INF if settings.ignore_eos else after.eos
+    logp = np.append(after.next[ENDING_BYTES], eos)
+    k = _draw(logp - logsumexp(logp), settings.transform, rng)
+    return _EOS if k == ENDING_BYTES.size else int(ENDING_BYTES[k])
+
+
+class _Joined:
+    """Stop strings and the caller's cut over the name and the text after it together
+    (the completer sees only what comes after the name); remembers where, and why, the
+    whole text was cut."""
+
+    def __init__(self, head: str, stops: Sequence[str], cut: Cut | None) -> None:
+        self.head, self.stops, self.cut = head, stops, cut
+        self.end: int | None = None  # in the whole text
+        self.reason = ""
+
+    def __call__(self, text: str) -> int | None:
+        whole = self.head + text
+        ends = [(whole.find(s), "stop") for s in self.stops if s and s in whole]
+        if self.cut is not None and (at := self.cut(whole)) is not None:
+            ends.append((at, "cut"))
+        if not ends:
+            return None
+        self.end, self.reason = min(ends)
+        return max(0, self.end - len(self.head))
+
+
+def _go_on(
+    completer: Completer,
+    prefix: bytes,
+    head: bytes,
+    ended: bool,
+    settings: Settings,
+    cut: Cut | None,
+    should_stop: StopCheck | None,
+    deadline: float | None,
+) -> Completion:
+    """The completion of ``prefix + head`` (none when the text ``ended`` there), with
+    ``head`` in front of its text."""
+    text = head.decode("utf-8", "replace")
+    joined = _Joined(text, settings.stop, cut)
+    if joined("") is not None:  # the name (and its ending byte) already stops it
+        return _cut(text, 0, joined, 0.0)
+    if ended:
+        return Completion(text, head, None, 0, 0.0, "eos")
+    plain = dataclasses.replace(settings, stop=())  # the joined cut applies them
+    rest = completer.complete(
+        prefix + head, plain, should_stop=should_stop, cut=joined, deadline=deadline
+    )
+    if joined.end is not None:
+        return _cut(text + rest.text, rest.tokens, joined, rest.seconds)
+    return dataclasses.replace(rest, text=text + rest.text, data=head + rest.data)
+
+
+def _cut(whole: str, tokens: int, joined: _Joined, seconds: float) -> Completion:
+    """The whole text cut where a stop string or the caller's cut said."""
+    text = whole[: joined.end]
+    return Completion(text, text.encode(), None, tokens, seconds, joined.reason)
+
+
+def _guided(
+    completion: Completion,
+    name: str,
+    score: CandidateScore,
+    total: float,
+    mass: float,
+    started: float,
+) -> Guided:
+    completion.seconds = time.perf_counter() - started  # the scoring counts too
+    share = float(np.exp(score.logprob - total))
+    return Guided(completion, GUIDED_METHOD, "", name, score.logprob, share, mass)
+
+
+def _unguided(
+    completer: Completer,
+    prefix: bytes,
+    settings: Settings,
+    reason: str,
+    fallback: bool,
+    should_stop: StopCheck | None,
+    cut: Cut | None,
+    deadline: float | None,
+) -> Guided:
+    """No guidance: the reason, and the plain completion when ``fallback`` asked for it."""
+    completion = None
+    if fallback:
+        hooks = {"should_stop": should_stop, "cut": cut, "deadline": deadline}
+        completion = completer.complete(prefix, settings, **hooks)  # type: ignore[arg-type]
+    return Guided(completion, settings.method, reason)

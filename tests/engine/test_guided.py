@@ -1,0 +1,165 @@
+"""Guided completion (engine/sample/guided.py): the name is the candidate brute force
+finds likeliest (greedy), the text after it is the unguided exact completion from the
+prefix and the name, draws follow the renormalized scores, and the guidance stands aside
+(with its reason) when no candidate fits or the candidates hold too little mass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from midword.engine.sample.generate import Completer, Settings
+from midword.engine.sample.guided import GUIDED_METHOD, _draw, complete_guided
+from midword.engine.sample.sampling import ByteSampler, Transform
+
+from .test_candidates import ENDING, _Setup
+
+PREFIX = b"    self.assertEq"
+NAMES = ["assertEqual", "assertEquals", "assertEqualsAny", "assertIn", "assertEqualx"]
+GREEDY = Settings(max_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def setup() -> _Setup:
+    return _Setup("default")
+
+
+@pytest.fixture
+def completer(setup: _Setup) -> Completer:
+    return Completer(setup.sampler.model, setup.engine)
+
+
+def _brute_best(setup: _Setup, prefix: bytes, names: list[str], end: str) -> str:
+    typed = b"assertEq" if prefix.endswith(b"assertEq") else b""
+    fits = [n for n in names if n.encode().startswith(typed)]
+    scores = [setup.brute(prefix, n.encode()[len(typed) :], end) for n in fits]
+    return fits[int(np.argmax(scores))]
+
+
+@pytest.mark.parametrize("end", ["identifier", "none"])
+def test_greedy_takes_the_brute_force_best(setup: _Setup, completer: Completer, end: str) -> None:
+    for names in (NAMES, NAMES[::-1]):  # the order of the list decides nothing
+        guided = complete_guided(completer, PREFIX, names, GREEDY, end=end)
+        assert guided.guided and guided.method == GUIDED_METHOD, guided.reason
+        assert guided.chosen == _brute_best(setup, PREFIX, names, end)
+        assert guided.completion is not None
+        assert guided.completion.text.startswith(guided.chosen[len("assertEq") :])
+
+
+def test_greedy_after_a_dot_takes_the_brute_force_best(setup: _Setup, completer: Completer) -> None:
+    names = ["path", "getcwd", "environ", "sep"]
+    guided = complete_guided(completer, b"os.", names, GREEDY, min_mass=0)  # a fake model
+    assert guided.chosen == _brute_best(setup, b"os.", names, "identifier")
+
+
+def test_the_text_after_the_name_is_the_unguided_completion(completer: Completer) -> None:
+    """end="none": the unguided greedy completion of prefix + name goes on; end
+    "identifier": first the likeliest byte that ends the name (brute-force-checked
+    distribution, ByteSampler), then the unguided completion of prefix + name + byte."""
+    guided = complete_guided(completer, PREFIX, NAMES, GREEDY, end="none")
+    rest = guided.chosen[len("assertEq") :]
+    plain = completer.complete(PREFIX + rest.encode(), GREEDY)
+    assert guided.completion.text == rest + plain.text
+    assert guided.completion.tokens == plain.tokens
+
+    guided = complete_guided(completer, PREFIX, NAMES, GREEDY, end="identifier")
+    rest = guided.chosen[len("assertEq") :].encode()
+    sampler = ByteSampler(completer.model, completer.engine, track_prefix=False)
+    sampler.reset(PREFIX + rest)
+    dist = sampler.next_bytes()
+    options = [*dist.next[ENDING], dist.eos]
+    best = int(np.argmax(options))
+    assert best < len(ENDING), "the fake model ends the text here: pick another prefix"
+    byte = bytes([ENDING[best]])
+    plain = completer.complete(PREFIX + rest + byte, GREEDY)
+    assert guided.completion.data == rest + byte + plain.data
+    assert guided.completion.stop_reason == plain.stop_reason
+
+
+def test_scores_in_the_result(setup: _Setup, completer: Completer) -> None:
+    guided = complete_guided(completer, PREFIX, NAMES, GREEDY)
+    fits = [n for n in NAMES if n.startswith("assertEq")]
+    brute = {n: setup.brute(PREFIX, n.encode()[8:], "identifier") for n in fits}
+    mass = sum(np.exp(v) for v in brute.values())
+    assert abs(guided.logprob - brute[guided.chosen]) < 1e-9
+    assert abs(guided.mass - mass) < 1e-9
+    assert abs(guided.share - np.exp(brute[guided.chosen]) / mass) < 1e-9
+    assert guided.to_json()["chosen"] == guided.chosen
+    assert guided.to_json()["method"] == GUIDED_METHOD
+
+
+def test_stop_strings_see_the_name(completer: Completer) -> None:
+    """A stop string at the byte after the name ends the completion there."""
+    guided = complete_guided(completer, PREFIX, NAMES, GREEDY)
+    name_rest = guided.chosen[len("assertEq") :]
+    after = guided.completion.text[len(name_rest)]
+    stopped = complete_guided(completer, PREFIX, NAMES, Settings(max_tokens=4, stop=(after,)))
+    assert stopped.chosen == guided.chosen
+    assert stopped.completion.text == name_rest
+    assert stopped.completion.stop_reason == "stop"
+    cut = complete_guided(completer, PREFIX, NAMES, GREEDY, cut=lambda text: 1)
+    assert cut.completion.text == name_rest[:1] and cut.completion.stop_reason == "cut"
+
+
+def test_no_candidate_extends_what_was_typed(completer: Completer) -> None:
+    guided = complete_guided(completer, PREFIX, ["assertIn", "assertTrue"], GREEDY)
+    assert not guided.guided and guided.completion is None
+    assert guided.reason == "no candidate extends 'assertEq'"
+    fallback = complete_guided(completer, PREFIX, ["assertIn"], GREEDY, fallback=True)
+    assert fallback.method == "bytesampler" and fallback.reason == guided.reason
+    assert fallback.completion.text == completer.complete(PREFIX, GREEDY).text
+
+
+def test_too_little_mass_falls_back(completer: Completer) -> None:
+    guided = complete_guided(completer, PREFIX, NAMES, GREEDY)
+    higher = guided.mass * 1.01
+    weak = complete_guided(completer, PREFIX, NAMES, GREEDY, min_mass=higher, fallback=True)
+    assert not weak.guided and "of the probability, under" in weak.reason
+    assert weak.completion.text == completer.complete(PREFIX, GREEDY).text
+    kept = complete_guided(completer, PREFIX, NAMES, GREEDY, min_mass=guided.mass * 0.99)
+    assert kept.guided
+
+
+def test_only_bytesampler_is_guided(completer: Completer) -> None:
+    with pytest.raises(ValueError, match="exact only with bytesampler"):
+        complete_guided(completer, PREFIX, NAMES, Settings(method="naive"))
+
+
+def test_draws_follow_the_renormalized_scores() -> None:
+    """The draw among candidates (the whole transform: temperature, top-p) matches its
+    probabilities over many draws; greedy takes the first of ties."""
+    rng = np.random.default_rng(3)
+    logp = np.log(np.array([0.1, 0.6, 0.3]))
+    for transform, want in [
+        (Transform(), [0.1, 0.6, 0.3]),
+        (Transform(temperature=0.5), np.array([1, 36, 9]) / 46),
+        (Transform(top_p=0.65), [0.0, 2 / 3, 1 / 3]),
+    ]:
+        counts = np.bincount([_draw(logp, transform, rng) for _ in range(4000)], minlength=3)
+        assert np.allclose(counts / 4000, want, atol=0.03), (transform, counts)
+    assert _draw(np.log([0.5, 0.5]), Transform(temperature=0), rng) == 0
+
+
+def test_sampled_guidance_is_seeded_and_picks_candidates(completer: Completer) -> None:
+    settings = Settings(max_tokens=2, temperature=1.0, seed=11)
+    first = complete_guided(completer, PREFIX, NAMES, settings)
+    again = complete_guided(completer, PREFIX, NAMES, settings)
+    assert first.chosen == again.chosen and first.completion.text == again.completion.text
+    chosen = {
+        complete_guided(
+            completer, PREFIX, NAMES, Settings(max_tokens=1, temperature=1.0, seed=s)
+        ).chosen
+        for s in range(12)
+    }
+    assert chosen <= {n for n in NAMES if n.startswith("assertEq")}
+
+
+def test_sentencepiece_greedy_takes_the_brute_force_best() -> None:
+    """Mistral's SentencePiece vocabulary (dummy-prefix space, byte fallback)."""
+    sp = _Setup("llama2")
+    completer = Completer(sp.sampler.model, sp.engine)
+    names = ["assertEqual", "assertEquals", "assertTrue"]
+    guided = complete_guided(completer, b"self.assertEq", names, GREEDY, end="none", min_mass=0)
+    assert guided.chosen == _brute_best(sp, b"self.assertEq", names, "none")
+    rest = guided.chosen[len("assertEq") :]
+    plain = completer.complete(b"self.assertEq" + rest.encode(), GREEDY)
+    assert guided.completion.text == rest + plain.text
