@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tree": ("midword.cmd_tree", "print the Valid Covering Tree of a byte prefix"),
     "next-bytes": ("midword.cmd_next_bytes", "print the exact next-byte distribution"),
     "complete": ("midword.cmd_complete", "complete a prefix (ByteSampler or a baseline)"),
+    "score": ("midword.cmd_score", "score candidate continuations of a prefix exactly"),
     "bench": ("midword.bench.command", "headless benchmarks: humaneval, charlm, overhead"),
     "serve": ("midword.cmd_serve", "run the language server (LSP over stdio or TCP)"),
     "demo": ("midword.cmd_demo", "type a file into the server: naive vs midword, side by side"),

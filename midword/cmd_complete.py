@@ -36,6 +36,18 @@ tokens; --fim NAME names one) the completion is the middle, conditioned on both
 sides and exact at the cursor (docs/fim.md). A model without FIM tokens ignores
 the suffix (said on stderr); --fim off always does.
 
+--candidates FILE (one name a line) or --candidate NAME (repeatable) guide the
+completion (issue 39): the next name is one of the candidates that extend the name
+typed at the end of the prefix, drawn from their exact probabilities with the name
+ending there (greedy: the likeliest), and the completion goes on exactly after it.
+When no candidate extends what was typed, or the candidates hold less than
+--min-mass of the probability (default 0.05), the completion is the unguided one.
+--json then adds "method" ("bytesampler+symbols" when guided), "guided" (bool),
+"reason" (why not guided, else ""), "chosen" (the name or null), "logprob" (its exact
+log-probability, or null), "share" (its probability among the candidates, or null)
+and "mass" (the candidates' total probability). Guidance needs one local model,
+--method bytesampler and no --suffix.
+
 Several prefixes (PREFIX ... and --prefix-file F ..., in that order) need --json
 and print one object per line (JSON Lines), in order. The model loads once and
 keeps its cache from one prefix to the next; each completion is the one a run of
@@ -47,6 +59,7 @@ Examples:
   midword complete --json --solve tree --max-tokens 8 'def pri' 'x = 12'
   midword complete --temperature 0.8 --top-p 0.95 --seed 1 'import nump'
   midword complete --suffix $'\n    return total\n' $'def add(a, b):\n    tot'
+  midword complete --candidate assertEqual --candidate assertIn '    self.assertEq'
 """
 
 from __future__ import annotations
@@ -56,6 +69,7 @@ import sys
 from typing import Any
 
 from midword.cli import CommandError, print_json
+from midword.cmd_score import add_candidate_arguments, read_candidates
 from midword.cmd_tree import add_prefix_arguments, read_prefixes
 from midword.modelargs import (
     add_engine_arguments,
@@ -72,10 +86,12 @@ COMBINES = (
     "product",
 )  # engine/sample/ensemble.py COMBINES (not imported: --help stays light)
 PROXY_WEIGHTS = (1.0, 1.0, -1.0)  # base + expert - anti-expert
+# what --json adds for --candidates (engine/sample/guided.py Guided.to_json)
+GUIDED_FIELDS = ("method", "guided", "reason", "chosen", "logprob", "share", "mass")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from midword.engine import METHODS, MODES, SOLVES
+    from midword.engine import METHODS, MIN_MASS, MODES, SOLVES
 
     add_prefix_arguments(parser)
     add_model_arguments(parser)
@@ -148,6 +164,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print one JSON object per prefix (see above)"
     )
     add_ensemble_arguments(parser)
+    add_candidate_arguments(parser)
+    parser.add_argument(
+        "--min-mass",
+        type=float,
+        default=MIN_MASS,
+        metavar="P",
+        help=f"guide only when the candidates hold this much probability (default {MIN_MASS})",
+    )
 
 
 def add_ensemble_arguments(parser: argparse.ArgumentParser) -> None:
@@ -178,16 +202,48 @@ def run(args: argparse.Namespace) -> int:
     prefixes = read_prefixes(args)
     spec = ensemble_spec(args)
     settings = make_settings(args, ensemble=spec is not None)
+    names = read_candidates(args)
+    if names:
+        return run_guided(args, prefixes, names, settings, spec)
     completer = load_ensemble(args, *spec) if spec is not None else load_single(args)
     for prefix in prefixes:
         try:
             result = completer.complete(prefix, settings)
         except (PrefixError, BackendError) as exc:
             raise CommandError(str(exc)) from exc
-        if args.json:
-            print_json({**result.to_json(), "completion_hex": result.data.hex()})
-        else:
-            sys.stdout.write(result.text + "\n")
+        _print_result(args, result)
+    return 0
+
+
+def _print_result(args: argparse.Namespace, result: Any, extra: dict | None = None) -> None:
+    if args.json:
+        print_json({**result.to_json(), "completion_hex": result.data.hex(), **(extra or {})})
+    else:
+        sys.stdout.write(result.text + "\n")
+
+
+def run_guided(
+    args: argparse.Namespace, prefixes: list[bytes], names: list[str], settings: Any, spec: Any
+) -> int:
+    """Completions guided by the candidate names (engine/sample/guided.py), or the
+    unguided ones where the guidance stands aside (the reason on stderr without --json)."""
+    from midword.engine import BackendError, PrefixError
+
+    if spec is not None or read_suffix(args) is not None or settings.method != "bytesampler":
+        raise CommandError("--candidates needs one model, --method bytesampler and no --suffix")
+    completer = load_single(args)
+    if not isinstance(completer, _Fitted) or isinstance(completer, _Middle):
+        raise CommandError("--candidates needs a local model")
+    for prefix in prefixes:
+        try:
+            guided = completer.complete_guided(prefix, names, settings, args.min_mass)
+        except (PrefixError, BackendError) as exc:
+            raise CommandError(str(exc)) from exc
+        if guided.reason and not args.json:
+            print(f"midword: not guided: {guided.reason}", file=sys.stderr)
+        described = guided.to_json()
+        extra = {key: described[key] for key in GUIDED_FIELDS}
+        _print_result(args, guided.completion, extra)
     return 0
 
 
@@ -282,6 +338,14 @@ class _Fitted:
     def complete(self, prefix: bytes, settings: Any) -> Any:
         prompt, room = _fit(prefix, self.max_context, self._move)
         return self.completer.complete(prompt, _capped(settings, room))
+
+    def complete_guided(self, prefix: bytes, names: list[str], settings: Any, mass: float) -> Any:
+        """`complete_guided` on the fitted prompt, falling back to the plain completion."""
+        from midword.engine import complete_guided
+
+        prompt, room = _fit(prefix, self.max_context, self._move)
+        capped = _capped(settings, room)
+        return complete_guided(self.completer, prompt, names, capped, min_mass=mass, fallback=True)
 
 
 class _FittedEnsemble:
