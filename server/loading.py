@@ -59,8 +59,8 @@ def usable_device(options: ServerOptions) -> tuple[ServerOptions, str]:
     """
     from midword.engine import BackendError
 
-    if options.engine != "local":
-        return options, ""  # the engine runs the model: no torch device here
+    if options.engine != "local" or _all_on_llamacpp(options):
+        return options, ""  # the engine or llama.cpp runs the model: no torch device here
     from midword.engine import resolve_device
 
     try:
@@ -72,6 +72,18 @@ def usable_device(options: ServerOptions) -> tuple[ServerOptions, str]:
         log.warning("%s; serving on %s instead (deviceFallback)", exc, fallback)
         return replace(options, device=fallback), f"{options.device} missing: on {fallback}"
     return options, ""
+
+
+def _all_on_llamacpp(options: ServerOptions) -> bool:
+    """Every configured model runs on llama.cpp (torch is then never imported)."""
+    from midword.engine import BackendError, choose_backend
+
+    try:
+        return all(
+            choose_backend(n, options.backend).backend == "llamacpp" for n in model_names(options)
+        )
+    except BackendError:  # loading says why, with the model's name
+        return False
 
 
 def load_backend(options: ServerOptions, names: list[str], on_progress: ProgressFn) -> Backend:
@@ -117,6 +129,7 @@ def _load_parts(
         BackendError,
         Completer,
         Settings,
+        choose_backend,
         engine_for,
         load_scoring_model,
         load_tokenizer,
@@ -127,7 +140,8 @@ def _load_parts(
         on_progress(message + which, (100 * k + percent) // n)
 
     progress("loading the model", 0)
-    _quiet_transformers()
+    if choose_backend(name, options.backend).backend == "torch":
+        _quiet_transformers()  # (imports torch: not for a model llama.cpp runs)
     loaded = load_scoring_model(  # torch + a GGUF file: its cached conversion (made once)
         name,
         backend=options.backend,

@@ -45,7 +45,7 @@ def repo_source_prompt(lines: int, root: Path) -> str:
     midword/), the last one ending in the middle of a word: the long file the benchmarks
     open (``lines`` lines in all, the last one ``        return build_exp``).
     """
-    sources = sorted((root / "engine").glob("*.py")) + sorted((root / "midword").rglob("*.py"))
+    sources = sorted((root / "engine").rglob("*.py")) + sorted((root / "midword").rglob("*.py"))
     text: list[str] = []
     for path in sources:
         text.extend(path.read_text(encoding="utf-8").splitlines())
