@@ -93,6 +93,8 @@ _FACE: dict[str, tuple[str, ...]] = {
         "CandidateScore",
         "END_CONDITIONS",
         "IDENTIFIER_BYTES",
+        "Likeliest",
+        "likeliest_continuation",
         "score_continuations",
         "typed_identifier",
     ),

@@ -45,8 +45,9 @@ When no candidate extends what was typed, or the candidates hold less than
 --json then adds "method" ("bytesampler+symbols" when guided), "guided" (bool),
 "reason" (why not guided, else ""), "chosen" (the name or null), "logprob" (its exact
 log-probability, or null), "share" (its probability among the candidates, or null)
-and "mass" (the candidates' total probability). Guidance needs one local model,
---method bytesampler and no --suffix.
+and "mass" (the candidates' total probability). Greedy guidance scores only the names
+that may be the likeliest: "share" is then null and "mass" a lower bound. Guidance
+needs one local model, --method bytesampler and no --suffix.
 
 Several prefixes (PREFIX ... and --prefix-file F ..., in that order) need --json
 and print one object per line (JSON Lines), in order. The model loads once and

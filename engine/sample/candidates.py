@@ -42,6 +42,8 @@ True
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -56,7 +58,9 @@ __all__ = [
     "ENDING_BYTES",
     "IDENTIFIER_BYTES",
     "CandidateScore",
+    "Likeliest",
     "ending_logprob",
+    "likeliest_continuation",
     "score_continuations",
     "typed_identifier",
 ]
@@ -111,9 +115,10 @@ def typed_identifier(prefix: bytes) -> bytes:
     return prefix[start:]
 
 
-class _Walk:
-    """The byte trie walk: next-byte distributions of the current path's prefixes, and the
-    path's log-probabilities, kept while consecutive (sorted) candidates share them."""
+class _Trie:
+    """Next-byte distributions and log-probabilities of byte strings after the prefix, each
+    computed once: a distribution is one `ByteSampler.next_bytes` (a model call) at
+    prefix + path; a path's log-probability is the chain of its bytes' conditionals."""
 
     def __init__(
         self, sampler: ByteSampler, prefix: bytes, should_stop: Callable[[], bool] | None
@@ -121,30 +126,30 @@ class _Walk:
         self.sampler = sampler
         self.prefix = prefix
         self.should_stop = should_stop
-        self.path = b""
-        self.reach = [0.0]  # reach[i] = log P(path[:i] | prefix)
-        self.dists: dict[int, NextBytes] = {}  # depth -> distribution after path[:depth]
+        self.dists: dict[bytes, NextBytes] = {}
+        self.reaches: dict[bytes, float] = {b"": 0.0}  # path -> log P(path | prefix)
 
-    def go_to(self, target: bytes) -> float:
-        """log P(target | prefix), walking from the current path."""
-        keep = _common_len(self.path, target)
-        self.path = target
-        del self.reach[keep + 1 :]
-        self.dists = {d: v for d, v in self.dists.items() if d <= keep}
-        for depth in range(keep, len(target)):
-            here = self.reach[depth]
-            step = float(self.dist(depth).next[target[depth]]) if here > NEG_INF else NEG_INF
-            self.reach.append(here + step)
-        return self.reach[-1]
+    def reach(self, path: bytes) -> float:
+        """log P(text goes on with ``path`` | prefix), from its longest known prefix on; a
+        byte after a zero is never asked about (the covering tree might refuse it)."""
+        depth = len(path)
+        while path[:depth] not in self.reaches:
+            depth -= 1
+        here = self.reaches[path[:depth]]
+        for d in range(depth, len(path)):
+            if here > NEG_INF:
+                here += float(self.dist(path[:d]).next[path[d]])
+            self.reaches[path[: d + 1]] = here
+        return here
 
-    def dist(self, depth: int) -> NextBytes:
-        """The exact next-byte distribution after prefix + path[:depth] (computed once)."""
-        if depth not in self.dists:
+    def dist(self, path: bytes) -> NextBytes:
+        """The exact next-byte distribution after prefix + path."""
+        if path not in self.dists:
             if self.should_stop is not None and self.should_stop():
                 raise Interrupted("scoring interrupted")
-            self.sampler.reset(self.prefix + self.path[:depth])
-            self.dists[depth] = _checked(self.sampler.next_bytes(), depth)
-        return self.dists[depth]
+            self.sampler.reset(self.prefix + path)
+            self.dists[path] = _checked(self.sampler.next_bytes(), len(path))
+        return self.dists[path]
 
 
 def _checked(dist: NextBytes, depth: int) -> NextBytes:
@@ -171,28 +176,139 @@ def score_continuations(
     """
     if end not in END_CONDITIONS:
         raise ValueError(f"unknown end {end!r}; expected one of {', '.join(END_CONDITIONS)}")
-    walk = _Walk(sampler, prefix, should_stop)
+    trie = _Trie(sampler, prefix, should_stop)
     scored: dict[bytes, CandidateScore] = {}
-    for cont in sorted(set(continuations)):  # sorted: neighbours share their trie path
-        reach = walk.go_to(cont)
+    for cont in sorted(set(continuations)):  # sorted: the sampler moves little between them
+        reach = trie.reach(cont)
         if end == "none" or reach == NEG_INF:
             scored[cont] = CandidateScore(cont, reach, reach)
             continue
-        after = walk.dist(len(cont))
+        after = trie.dist(cont)
         scored[cont] = CandidateScore(cont, reach + ending_logprob(after), reach, after)
     sampler.reset(prefix)
     return [scored[c] for c in continuations]
 
 
-def _common_len(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix of two byte strings.
+@dataclass(frozen=True)
+class Likeliest:
+    """What `likeliest_continuation` found: the likeliest candidate (None when every one has
+    probability zero, or the candidates were found to hold less than ``min_mass`` first),
+    bounds on the candidates' total probability, and the distributions it computed."""
 
-    >>> _common_len(b"ual", b"uals"), _common_len(b"ab", b"b")
-    (3, 0)
+    best: CandidateScore | None
+    mass_low: float
+    mass_high: float
+    scored: int
+
+
+def likeliest_continuation(
+    sampler: ByteSampler,
+    prefix: bytes,
+    continuations: Sequence[bytes],
+    end: str = "none",
+    *,
+    min_mass: float = 0.0,
+    should_stop: Callable[[], bool] | None = None,
+) -> Likeliest:
+    """The candidate with the highest exact score (`score_continuations`'s), by best-first
+    search of the byte trie: a trie node's log-probability bounds every candidate below it
+    (probabilities are at most one), so nodes are expanded from the likeliest, and the
+    search stops once a finished candidate beats every node left and the candidates' total
+    probability is known to be at least ``min_mass`` or under it. Ties go to the earlier
+    candidate. Only the distributions on the way are computed: a model that wants ``ual``
+    after ``self.assertEq`` never scores the trie below ``self.assertEqI``.
+
+    >>> from midword.engine import load_engine
+    >>> from midword.engine.model.fake import FakeModel
+    >>> engine = load_engine("models/default")
+    >>> sampler = ByteSampler(FakeModel(engine.tok.size, seed=1), engine, track_prefix=False)
+    >>> conts = [b"ual", b"uals", b"ualsAny", b"in", b"rue"]
+    >>> found = likeliest_continuation(sampler, b"self.assertEq", conts)
+    >>> scores = score_continuations(sampler, b"self.assertEq", conts)
+    >>> found.best.logprob == max(s.logprob for s in scores)
+    True
+    >>> found.mass_low <= sum(math.exp(s.logprob) for s in scores) <= found.mass_high
+    True
     """
-    n = 0
-    for x, y in zip(a, b, strict=False):  # stops at the shorter
-        if x != y:
-            break
-        n += 1
-    return n
+    if end not in END_CONDITIONS:
+        raise ValueError(f"unknown end {end!r}; expected one of {', '.join(END_CONDITIONS)}")
+    search = _BestFirst(_Trie(sampler, prefix, should_stop), continuations, end)
+    found = search.run(min_mass)
+    sampler.reset(prefix)
+    return found
+
+
+_DONE, _NODE = 0, 1  # heap entries: a finished candidate (first at equal weights), a node
+
+
+class _BestFirst:
+    """Best-first search over the candidates' byte trie (see `likeliest_continuation`).
+
+    The heap holds (-log weight, kind, order, path): finished candidates with their exact
+    score, and trie nodes still to expand with their log-probability, which bounds the
+    score of each candidate below them. A node's share of the total mass is at most its
+    probability with ``end="identifier"`` (the names that end below it are different
+    texts), and that times the candidates below it with ``end="none"``."""
+
+    def __init__(self, trie: _Trie, continuations: Sequence[bytes], end: str) -> None:
+        self.trie, self.end = trie, end
+        self.order: dict[bytes, int] = {}
+        for i, cont in enumerate(continuations):
+            self.order.setdefault(cont, i)
+        self.children: dict[bytes, set[int]] = {}
+        self.below: dict[bytes, int] = {}  # candidates strictly below each trie node
+        for cont in self.order:
+            for d in range(len(cont)):
+                self.children.setdefault(cont[:d], set()).add(cont[d])
+                self.below[cont[:d]] = self.below.get(cont[:d], 0) + 1
+        self.heap: list[tuple[float, int, int, bytes]] = []
+        self.low = 0.0  # the finished candidates' probability
+        self._enter(b"", 0.0)
+
+    def _enter(self, path: bytes, reach: float) -> None:
+        """Push what ``path`` (reached with log-probability ``reach``) stands for."""
+        if reach == NEG_INF:
+            return
+        if self.end == "none" and path in self.order:  # its score is its reach
+            heapq.heappush(self.heap, (-reach, _DONE, self.order[path], path))
+        if self.end == "identifier" or path in self.children:
+            heapq.heappush(self.heap, (-reach, _NODE, len(self.heap), path))
+
+    def _expand(self, path: bytes) -> None:
+        dist = self.trie.dist(path)
+        reach = self.trie.reach(path)
+        if self.end == "identifier" and path in self.order:
+            score = reach + ending_logprob(dist)
+            if score > NEG_INF:
+                heapq.heappush(self.heap, (-score, _DONE, self.order[path], path))
+        for byte in sorted(self.children.get(path, ())):
+            self._enter(path + bytes([byte]), self.trie.reach(path + bytes([byte])))
+
+    def high(self) -> float:
+        """An upper bound on the candidates' total probability."""
+        total = self.low
+        for key, kind, _, path in self.heap:
+            many = self.below[path] if kind == _NODE and self.end == "none" else 1
+            total += math.exp(-key) * many
+        return total
+
+    def run(self, min_mass: float) -> Likeliest:
+        best: tuple[bytes, float] | None = None
+        while self.heap and not self._decided(best is not None, min_mass):
+            key, kind, _, path = heapq.heappop(self.heap)
+            if kind == _NODE:
+                self._expand(path)
+                continue
+            self.low += math.exp(-key)
+            best = best or (path, -key)
+        found = None if best is None else self._score(*best)
+        return Likeliest(found, self.low, self.high(), len(self.trie.dists))
+
+    def _decided(self, have_best: bool, min_mass: float) -> bool:
+        if have_best and self.low >= min_mass:
+            return True
+        return self.high() < min_mass  # guidance is off whatever the best is
+
+    def _score(self, path: bytes, logprob: float) -> CandidateScore:
+        after = self.trie.dists.get(path) if self.end == "identifier" else None
+        return CandidateScore(path, logprob, self.trie.reach(path), after)

@@ -48,9 +48,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .candidates import ENDING_BYTES, CandidateScore, score_continuations, typed_identifier
+from .candidates import (
+    ENDING_BYTES,
+    CandidateScore,
+    likeliest_continuation,
+    score_continuations,
+    typed_identifier,
+)
 from .generate import Completer, Completion, Cut, Settings, StopCheck
-from .sampling import NEG_INF, Transform, logsumexp
+from .sampling import NEG_INF, ByteSampler, Transform, logsumexp
 
 __all__ = ["GUIDED_METHOD", "MIN_MASS", "Guided", "complete_guided"]
 
@@ -66,8 +72,10 @@ class Guided:
 
     ``chosen`` is the candidate name; ``logprob`` its exact log-probability given the
     prefix (under the end condition); ``share`` its probability among the candidates;
-    ``mass`` the candidates' total probability. ``method`` is `GUIDED_METHOD` when guided,
-    else the settings' method (the unguided completion when ``fallback`` asked for it)."""
+    ``mass`` the candidates' total probability. A greedy choice scores only what it needs
+    (`likeliest_continuation`): ``mass`` is then a lower bound (at least ``min_mass``) and
+    ``share`` None. ``method`` is `GUIDED_METHOD` when guided, else the settings' method
+    (the unguided completion when ``fallback`` asked for it)."""
 
     completion: Completion | None
     method: str
@@ -116,34 +124,83 @@ def complete_guided(
     if not rests:
         reason = f"no candidate extends {typed.decode('utf-8', 'replace')!r}"
         return _unguided(completer, prefix, settings, reason, fallback, should_stop, cut, deadline)
-    scores = score_continuations(
-        completer.sampler, prefix, list(rests), end, should_stop=should_stop
+    rng = np.random.default_rng(settings.seed)
+    args = (completer.sampler, prefix, list(rests), end)
+    pick = _likeliest(*args, min_mass, should_stop) if settings.transform.is_greedy else None
+    pick = pick or _sampled(*args, min_mass, should_stop, settings.transform, rng)
+    if isinstance(pick, str):
+        return _unguided(completer, prefix, settings, pick, fallback, should_stop, cut, deadline)
+    head, ended = _after_name(pick.chosen, end, settings, rng)
+    completion = _go_on(completer, prefix, head, ended, settings, cut, should_stop, deadline)
+    completion.seconds = time.perf_counter() - started  # the scoring counts too
+    chosen = pick.chosen
+    name = rests[chosen.continuation]
+    return Guided(completion, GUIDED_METHOD, "", name, chosen.logprob, pick.share, pick.mass)
+
+
+@dataclass(frozen=True)
+class _Pick:
+    chosen: CandidateScore
+    share: float | None  # its probability among the candidates (None: not computed)
+    mass: float  # the candidates' total probability (or a lower bound on it)
+
+
+def _too_little(mass: float, min_mass: float, at_most: bool = False) -> str:
+    """The reason a guidance stands aside for lack of mass."""
+    held = f"at most {mass:.3g}" if at_most else f"{mass:.3g}"
+    return f"the candidates hold {held} of the probability, under {min_mass:g}"
+
+
+def _likeliest(
+    sampler: ByteSampler,
+    prefix: bytes,
+    rests: list[bytes],
+    end: str,
+    min_mass: float,
+    should_stop: StopCheck | None,
+) -> _Pick | str:
+    """Greedy: the likeliest candidate by best-first search (only the trie nodes that may
+    hold it are scored); the mass is a lower bound, the share unknown."""
+    found = likeliest_continuation(
+        sampler, prefix, rests, end, min_mass=min_mass, should_stop=should_stop
     )
-    total = logsumexp(np.array([s.logprob for s in scores]))
+    if found.best is None or found.mass_high < min_mass or not found.mass_high:
+        return _too_little(found.mass_high, min_mass, at_most=True)
+    return _Pick(found.best, None, found.mass_low)
+
+
+def _sampled(
+    sampler: ByteSampler,
+    prefix: bytes,
+    rests: list[bytes],
+    end: str,
+    min_mass: float,
+    should_stop: StopCheck | None,
+    transform: Transform,
+    rng: np.random.Generator,
+) -> _Pick | str:
+    """A candidate drawn from every candidate's exact score, renormalized and transformed."""
+    scores = score_continuations(sampler, prefix, rests, end, should_stop=should_stop)
+    logps = np.array([s.logprob for s in scores])
+    total = logsumexp(logps)
     mass = float(np.exp(total)) if total > NEG_INF else 0.0
     if not mass or mass < min_mass:
-        reason = f"the candidates hold {mass:.3g} of the probability, under {min_mass:g}"
-        return _unguided(completer, prefix, settings, reason, fallback, should_stop, cut, deadline)
-    chosen, head, ended = _choose(scores, total, end, settings)
-    completion = _go_on(completer, prefix, head, ended, settings, cut, should_stop, deadline)
-    return _guided(completion, rests[chosen.continuation], chosen, total, mass, started)
+        return _too_little(mass, min_mass)
+    chosen = scores[_draw(logps - total, transform, rng)]
+    return _Pick(chosen, float(np.exp(chosen.logprob - total)), mass)
 
 
-def _choose(
-    scores: list[CandidateScore], total: float, end: str, settings: Settings
-) -> tuple[CandidateScore, bytes, bool]:
-    """(the chosen candidate, the bytes it puts after the prefix, whether the text ends
-    there): the candidate drawn from the renormalized scores, and with ``end="identifier"``
-    the byte after it (or the end of text)."""
-    rng = np.random.default_rng(settings.seed)
-    logps = np.array([s.logprob for s in scores])
-    chosen = scores[_draw(logps - total, settings.transform, rng)]
+def _after_name(
+    chosen: CandidateScore, end: str, settings: Settings, rng: np.random.Generator
+) -> tuple[bytes, bool]:
+    """(the bytes the chosen candidate puts after the prefix, whether the text ends there):
+    with ``end="identifier"`` the name and the byte drawn after it (or the end of text)."""
     if end != "identifier":
-        return chosen, chosen.continuation, False
+        return chosen.continuation, False
     after = _draw_ending(chosen, settings, rng)
     if after == _EOS:
-        return chosen, chosen.continuation, True
-    return chosen, chosen.continuation + bytes([after]), False
+        return chosen.continuation, True
+    return chosen.continuation + bytes([after]), False
 
 
 def _rests(names: Sequence[str], typed: bytes) -> dict[bytes, str]:
@@ -239,19 +296,6 @@ def _cut(whole: str, tokens: int, joined: _Joined, seconds: float) -> Completion
     """The whole text cut where a stop string or the caller's cut said."""
     text = whole[: joined.end]
     return Completion(text, text.encode(), None, tokens, seconds, joined.reason)
-
-
-def _guided(
-    completion: Completion,
-    name: str,
-    score: CandidateScore,
-    total: float,
-    mass: float,
-    started: float,
-) -> Guided:
-    completion.seconds = time.perf_counter() - started  # the scoring counts too
-    share = float(np.exp(score.logprob - total))
-    return Guided(completion, GUIDED_METHOD, "", name, score.logprob, share, mass)
 
 
 def _unguided(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from midword.engine import PrefixError, load_engine
 from midword.engine.model.fake import FakeModel
-from midword.engine.sample.candidates import score_continuations
+from midword.engine.sample.candidates import likeliest_continuation, score_continuations
 from midword.engine.sample.sampling import ByteSampler
 
 from midword.testing import real_encoder, tokenizer_path
@@ -150,3 +150,60 @@ def test_an_impossible_byte_stops_the_walk(setups: dict[str, _Setup]) -> None:
 def test_unknown_end_is_refused(setups: dict[str, _Setup]) -> None:
     with pytest.raises(ValueError, match="unknown end"):
         score_continuations(_setup("default", setups).sampler, b"x", [b"y"], end="word")
+
+
+SEARCHES = [  # (tokenizer, prefix, candidates): several share long paths, some never fit
+    ("default", b"self.assertEq", [b"ual", b"uals", b"ualsAny", b"", b"uil", b"\xffx"]),
+    ("default", b"os.", [b"path", b"pathsep", b"getcwd", b"environ", b"sep", b"name"]),
+    ("llama2", b"x = ", [b"self", b"None", b"Non", b"x"]),
+]
+
+
+@pytest.mark.parametrize(("name", "prefix", "candidates"), SEARCHES)
+@pytest.mark.parametrize("end", ["identifier", "none"])
+def test_the_likeliest_is_the_brute_force_best(
+    setups: dict[str, _Setup], name: str, prefix: bytes, candidates: list[bytes], end: str
+) -> None:
+    """Best-first search finds the candidate of highest brute-force score, with that score,
+    and bounds that hold the total; with a min_mass it goes on until the total is known to
+    be over it or under it."""
+    setup = _setup(name, setups)
+    truth = [setup.brute(prefix, c, end) if c != b"\xffx" else NEG_INF for c in candidates]
+    total = sum(np.exp(t) for t in truth)
+    found = likeliest_continuation(setup.sampler, prefix, candidates, end)
+    best = int(np.argmax(truth))
+    assert found.best is not None and found.best.continuation == candidates[best]
+    _assert_close(found.best.logprob, truth[best], candidates[best])
+    assert found.mass_low - TOL <= total <= found.mass_high + TOL
+    assert setup.sampler.prefix == prefix
+    for min_mass in (total / 2, total * 2):  # decided either way, with bounds that hold
+        more = likeliest_continuation(setup.sampler, prefix, candidates, end, min_mass=min_mass)
+        assert more.mass_low - TOL <= total <= more.mass_high + TOL
+        if min_mass < total:
+            assert more.best.continuation == found.best.continuation
+            assert more.best.logprob == found.best.logprob and more.mass_low >= min_mass
+        else:
+            assert more.mass_high < min_mass
+
+
+def test_the_search_scores_fewer_nodes_than_the_walk(setups: dict[str, _Setup]) -> None:
+    """Thirty names over a peaked fake model: the likeliest needs a part of the trie."""
+    setup = _setup("default", setups)
+    peaked = FakeModel(setup.engine.tok.size, seed=4, scale=4.0)
+    sampler = ByteSampler(peaked, setup.engine, track_prefix=False)
+    names = [f"{a}{b}_{c}".encode() for a in "abc" for b in "xyz" for c in ("run", "go")]
+    names += [b"assertEqual", b"assertIn", b"setUp"]
+    scores = score_continuations(sampler, b"self.", names, end="identifier")
+    found = likeliest_continuation(sampler, b"self.", names, end="identifier")
+    assert found.best.logprob == max(s.logprob for s in scores)
+    full = len({n[:d] for n in names for d in range(len(n) + 1)})  # every trie node
+    assert found.scored < full / 2, (found.scored, full)
+
+
+def test_ties_go_to_the_earlier_candidate(setups: dict[str, _Setup]) -> None:
+    setup = _setup("default", setups)
+    # b"" and b"" + nothing: with end none the empty continuation (probability one) wins
+    found = likeliest_continuation(setup.sampler, b"x = ", [b"a", b"", b"b"], end="none")
+    assert found.best.continuation == b"" and found.best.logprob == 0.0
+    both = likeliest_continuation(setup.sampler, b"x = ", [b"a", b"a"], end="none")
+    assert both.best.continuation == b"a"

@@ -76,15 +76,20 @@ def test_the_text_after_the_name_is_the_unguided_completion(completer: Completer
 
 
 def test_scores_in_the_result(setup: _Setup, completer: Completer) -> None:
-    guided = complete_guided(completer, PREFIX, NAMES, GREEDY)
+    """Sampled: the chosen name's exact score, its share and the candidates' mass; greedy
+    scores only what it needs: the same score, a lower bound on the mass, no share."""
     fits = [n for n in NAMES if n.startswith("assertEq")]
     brute = {n: setup.brute(PREFIX, n.encode()[8:], "identifier") for n in fits}
     mass = sum(np.exp(v) for v in brute.values())
-    assert abs(guided.logprob - brute[guided.chosen]) < 1e-9
-    assert abs(guided.mass - mass) < 1e-9
-    assert abs(guided.share - np.exp(brute[guided.chosen]) / mass) < 1e-9
-    assert guided.to_json()["chosen"] == guided.chosen
-    assert guided.to_json()["method"] == GUIDED_METHOD
+    sampled = complete_guided(completer, PREFIX, NAMES, Settings(max_tokens=2, temperature=1.0))
+    assert abs(sampled.logprob - brute[sampled.chosen]) < 1e-9
+    assert abs(sampled.mass - mass) < 1e-9
+    assert abs(sampled.share - np.exp(brute[sampled.chosen]) / mass) < 1e-9
+    greedy = complete_guided(completer, PREFIX, NAMES, GREEDY)
+    assert abs(greedy.logprob - brute[greedy.chosen]) < 1e-9
+    assert 0.05 <= greedy.mass <= mass + 1e-9 and greedy.share is None
+    assert greedy.to_json()["chosen"] == greedy.chosen
+    assert greedy.to_json()["method"] == GUIDED_METHOD
 
 
 def test_stop_strings_see_the_name(completer: Completer) -> None:
@@ -109,14 +114,17 @@ def test_no_candidate_extends_what_was_typed(completer: Completer) -> None:
     assert fallback.completion.text == completer.complete(PREFIX, GREEDY).text
 
 
-def test_too_little_mass_falls_back(completer: Completer) -> None:
-    guided = complete_guided(completer, PREFIX, NAMES, GREEDY)
-    higher = guided.mass * 1.01
-    weak = complete_guided(completer, PREFIX, NAMES, GREEDY, min_mass=higher, fallback=True)
+@pytest.mark.parametrize("settings", [GREEDY, Settings(max_tokens=4, temperature=0.7, seed=2)])
+def test_too_little_mass_falls_back(completer: Completer, settings: Settings) -> None:
+    """Just over the candidates' mass: not guided (the greedy search proves it without
+    scoring every name); just under: guided."""
+    every = complete_guided(completer, PREFIX, NAMES, Settings(max_tokens=1, temperature=1.0))
+    higher = every.mass * 1.01
+    weak = complete_guided(completer, PREFIX, NAMES, settings, min_mass=higher, fallback=True)
     assert not weak.guided and "of the probability, under" in weak.reason
-    assert weak.completion.text == completer.complete(PREFIX, GREEDY).text
-    kept = complete_guided(completer, PREFIX, NAMES, GREEDY, min_mass=guided.mass * 0.99)
-    assert kept.guided
+    assert weak.completion.text == completer.complete(PREFIX, settings).text
+    kept = complete_guided(completer, PREFIX, NAMES, settings, min_mass=every.mass * 0.99)
+    assert kept.guided and kept.mass >= every.mass * 0.99
 
 
 def test_only_bytesampler_is_guided(completer: Completer) -> None:
