@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -376,6 +377,26 @@ class Controller:
         if state is not None and self.host.status.backend:
             state["backend"] = self.host.status.backend  # what computes the scores
         return state
+
+    async def score(
+        self, uri: str, line: int, character: int, candidates: list[str], end: str
+    ) -> dict[str, Any]:
+        """`midword/score`: the exact log-probability of each candidate text right after the
+        cursor (``end="identifier"``: and the name ending there), given the prompt a
+        completion there would have; ``logprobs`` in the order given, ``null`` for -inf."""
+        doc = self.documents.get(uri)
+        if doc is None:
+            raise ValueError(f"the document is not open: {uri}")
+        cursor = doc.cursor(line, character, self.encoding)
+        prompt = self._prompt(doc, cursor)
+        texts = [c.encode("utf-8") for c in candidates]
+        future = self.host.score(uri, prompt, texts, end)
+        logprobs = await asyncio.wrap_future(future)
+        return {
+            "logprobs": [lp if math.isfinite(lp) else None for lp in logprobs],
+            "version": doc.version,
+            "end": end,
+        }
 
     async def stats(self) -> dict[str, Any]:
         """Open documents, live VCTs and the process's memory (for tests and debugging)."""

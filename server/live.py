@@ -207,6 +207,19 @@ class SingleDocument:
     def state(self) -> dict[str, Any]:
         return {**_tree_json(self.completer.sampler.vct), "cutBytes": len(self.fit.dropped)}
 
+    def score(
+        self, prefix: bytes, continuations: list[bytes], end: str, should_stop: StopFn = None
+    ) -> list[float]:
+        """Exact log-probabilities of each continuation after ``prefix`` (cut to fit the
+        model as a completion's prompt is), with ``end`` as `score_continuations` reads it;
+        the live tree and KV cache serve it, and stay at the prompt."""
+        from midword.engine import score_continuations
+
+        prompt = self._move(prefix)
+        sampler = self.completer.sampler
+        scores = score_continuations(sampler, prompt, continuations, end, should_stop=should_stop)
+        return [s.logprob for s in scores]
+
 
 class FimDocument:
     """A document served by one model trained for fill-in-the-middle (docs/fim.md): the

@@ -45,6 +45,7 @@ STATUS_NOTIFICATION = "midword/status"
 SETTLE_LIMIT_S = 1.0  # the longest a request waits for received messages to be applied
 INSPECT_REQUEST = "midword/inspect"
 STATS_REQUEST = "midword/stats"
+SCORE_REQUEST = "midword/score"
 _ENCODINGS = {
     types.PositionEncodingKind.Utf8: "utf-8",
     types.PositionEncodingKind.Utf16: "utf-16",
@@ -341,6 +342,17 @@ def _register_lifecycle(server: MidwordServer) -> None:
         uri = _uri_of(params)
         # the state carries the version it belongs to: the document may change meanwhile
         return await ls.controller.live_state(uri) if uri else None
+
+    @server.feature(SCORE_REQUEST)
+    async def score(ls: MidwordServer, params: Any) -> dict:
+        uri, position = _uri_of(params), getattr(params, "position", None)
+        candidates = list(getattr(params, "candidates", None) or [])
+        end = getattr(params, "end", None) or "identifier"
+        if uri is None or position is None or not all(isinstance(c, str) for c in candidates):
+            raise ValueError("midword/score needs textDocument, position and candidates (strings)")
+        if end not in ("identifier", "none"):
+            raise ValueError(f"midword/score: end must be identifier or none, not {end!r}")
+        return await ls.controller.score(uri, position.line, position.character, candidates, end)
 
     @server.feature(STATS_REQUEST)
     async def stats(ls: MidwordServer, params: Any) -> dict:

@@ -356,6 +356,25 @@ class ModelHost:
 
         return self._worker.submit(read)
 
+    def score(
+        self, uri: str, prefix: bytes, continuations: list[bytes], end: str
+    ) -> Future[list[float]]:
+        """`midword/score` on the worker: exact log-probabilities of ``continuations`` after
+        ``prefix``, by the document's live tree (ValueError where the model served cannot
+        score them: an ensemble, a fill-in-the-middle prompt or a remote engine)."""
+
+        def run() -> list[float]:
+            if not self.ready:
+                raise ValueError(self.status.message)
+            self._worker.take_background(uri)
+            live = self._document(uri).live
+            score = getattr(live, "score", None)
+            if score is None:
+                raise ValueError("scoring candidates needs a single local model without FIM")
+            return score(prefix, continuations, end)
+
+        return self._worker.submit(run)
+
     # ------------------------------------------------------------------ completions
     def submit(self, request: Request) -> Future[Answer]:
         """Queue a completion; a waiting request for the same document is superseded
