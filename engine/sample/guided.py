@@ -25,7 +25,9 @@ With ``end="identifier"`` the candidates are disjoint events (different names th
 where they end), so their probabilities add up to at most one; with ``end="none"`` a name
 that extends another (``assertEquals``, ``assertEqual``) also counts in the shorter one's.
 A fill-in-the-middle completer guides the same way: move it to the cursor
-(`FimCompleter.move_to`) and pass its ``completer`` with the bytes it covers.
+(`FimCompleter.move_to`) and pass its ``completer`` with the bytes it covers, and the
+name typed at the end of the prefix (a template whose middle starts a token segment of
+its own covers none of the prefix: the rest of a name is then the middle's start).
 
 >>> from midword.engine import load_engine
 >>> from midword.engine.model.fake import FakeModel
@@ -109,17 +111,22 @@ def complete_guided(
     should_stop: StopCheck | None = None,
     cut: Cut | None = None,
     deadline: float | None = None,
+    typed: bytes | None = None,
 ) -> Guided:
     """Complete ``prefix`` with its next name taken from ``names`` (see the module docstring).
 
-    The hooks are `Completer.complete`'s; stop strings and ``cut`` see the name too.
-    Raises ValueError unless ``settings.method`` is "bytesampler" (the only exact one).
+    ``typed`` is what was typed of the name (default: the identifier at the end of
+    ``prefix``); a fill-in-the-middle prompt that does not cover its prefix passes the one
+    at the end of that prefix. The hooks are `Completer.complete`'s; stop strings and
+    ``cut`` see the name too; ``should_stop`` is polled while the names are scored, and
+    ``deadline`` bounds the text after the name. Raises ValueError unless
+    ``settings.method`` is "bytesampler" (the only exact one).
     """
     settings = settings or Settings()
     if settings.method != "bytesampler":
         raise ValueError(f"guided completion is exact only with bytesampler, not {settings.method}")
     started = time.perf_counter()
-    typed = typed_identifier(prefix)
+    typed = typed_identifier(prefix) if typed is None else typed
     rests = _rests(names, typed)
     if not rests:
         reason = f"no candidate extends {typed.decode('utf-8', 'replace')!r}"

@@ -171,3 +171,25 @@ def test_sentencepiece_greedy_takes_the_brute_force_best() -> None:
     rest = guided.chosen[len("assertEq") :]
     plain = completer.complete(b"self.assertEq" + rest.encode(), GREEDY)
     assert guided.completion.text == rest + plain.text
+
+
+@pytest.mark.parametrize("template", ["qwen", "qwen-spm"])
+def test_fill_in_the_middle_guides_at_the_cursor(setup: _Setup, template: str) -> None:
+    """A FIM completer moved to the cursor: the likeliest name by the exact scores of the
+    middle (the prefix covered with qwen-spm, in the context with qwen, so the typed part
+    is passed), then the middle's own completion after the name and its ending byte."""
+    from midword.engine.sample.candidates import score_continuations, typed_identifier
+    from midword.engine.sample.fim import TEMPLATES, FimCompleter
+
+    fim = FimCompleter(setup.sampler.model, setup.engine, TEMPLATES[template])
+    covered = fim.move_to(PREFIX, b"\n\n    def test_b(self):\n")
+    typed = typed_identifier(PREFIX)
+    assert (covered == PREFIX) == (template == "qwen-spm")
+    guided = complete_guided(fim.completer, covered, NAMES, GREEDY, typed=typed, min_mass=0)
+    rests = [n.encode()[len(typed) :] for n in NAMES if n.encode().startswith(typed)]
+    scores = score_continuations(fim.completer.sampler, covered, rests, "identifier")
+    best = max(scores, key=lambda s: s.logprob)
+    assert guided.chosen.encode() == typed + best.continuation
+    head = guided.completion.data[: len(best.continuation) + 1]
+    plain = fim.completer.complete(covered + head, GREEDY)
+    assert guided.completion.data == head + plain.data
