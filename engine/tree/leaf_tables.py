@@ -6,6 +6,9 @@ token be the next one of a covering sequence?". Where the pre-tokenizer is one
 pattern the :class:`~midword.engine.tokenize.pretok.ClassMachine` models, the answer depends on
 the region only through the machine state it leaves (:func:`scan_configs`), so the
 verdicts are a few vector operations per tree.
+
+The tables' bit layout is :mod:`.leaf_bits`, their disk cache :mod:`.leaf_cache`, and
+their BPE side (computed once when they are built) :mod:`.leaf_bpe`.
 """
 
 from __future__ import annotations
@@ -16,16 +19,17 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from ..disk_arrays import load_intact, save_arrays
+from ..disk_arrays import save_arrays
 from ..tokenize.bpe import BPETokenizer
 from ..tokenize.pretok import END, ClassMachine
 from .completions import Completions
-from .utf8 import ENDING_INDEX, PROBE_ENDINGS, PROBES, complete_head, nfc_boundary, split_lenient
+from .leaf_bits import _WORDS, _Y_OFFSET, _ZERO, _get_bits, _ProbeBits, _set_bits
+from .leaf_bpe import BpeSideMixin
+from .leaf_cache import LeafCacheMixin, load_checked
+from .utf8 import PROBES, split_lenient
 from .validity import Validity
 
 CONTINUES_MEMO_SIZE = 1 << 15  # remembered LeafTables.continues verdicts (~250 bytes each)
-VCT_CACHE_VERSION = "8"  # bump when the cached per-token tables change meaning (the leaf
-# cache also keys runs by the class machine's thread lists: bump when those change too)
 
 
 class TableSource(Protocol):
@@ -83,43 +87,7 @@ def scan_configs(machine: ClassMachine, classes: list[int]) -> list[Config] | No
         splits, s = [*splits, rec], rec
 
 
-class _ProbeBits(NamedTuple):
-    """What each probe does to an attempt a row's text leaves in local state ``l`` (see
-    :meth:`LeafTables._local_of`), as bit sets: probe ``y`` is bit ``y``; "the attempt
-    ends after ``j`` characters of probe ``y``" is bit ``_Y_OFFSET[y] + j`` of a
-    ``_WORDS``-word set."""
-
-    ends: np.ndarray  # [L, Y] int16: where the attempt ends in probe y then END (-1: never)
-    open_: np.ndarray  # [L] uint64: probes that do not end it (bit y)
-    open_x: np.ndarray  # [W, L] uint64: the same probes, every (y, j) bit of each
-    ends_x: np.ndarray  # [W, L] uint64: bit (y, j) where it ends after j characters of y
-
-
-# first (y, j) bit of probe y: j runs over 0..len(y) (characters of y inside the pre-token)
-_Y_OFFSET = np.cumsum([0, *(len(y) + 1 for y in PROBES)]).tolist()
-_WORDS = -(-_Y_OFFSET[-1] // 64)  # uint64 words of a row's (y, j) bits
-assert len(PROBES) <= 64, "fresh_bits holds one bit per probe in a uint64"
-_ZERO = np.uint64(0)
-# what the leaf cache holds (a file with other keys is an older or damaged one: rebuilt)
-_SAVED = (
-    "version", "sigs", "row_tok", "row_len", "row_partial", "row_seq", "seq_len", "seq_cols",
-    "needs_exact", "norm_bad", "fresh_bits", "bbits", "runs_rec", "runs_fin", "state_pcs",
-    "state_pcs_len", "probes", "probe_ends",
-)  # fmt: skip
-_PROBES_KEY = np.frombuffer(repr(PROBES).encode(), dtype=np.uint8)  # the bit layout's probes
-
-
-def _set_bits(words: np.ndarray, bit: int, mask: np.ndarray) -> None:
-    """Set bit ``bit`` of the ``[W, n]`` bit sets ``words`` where ``mask`` holds."""
-    words[bit // 64] |= mask.astype(np.uint64) << np.uint64(bit % 64)
-
-
-def _get_bits(words: np.ndarray, bit: int) -> np.ndarray:
-    """Bit ``bit`` of the ``[W, n]`` bit sets ``words``, as bools."""
-    return ((words[bit // 64] >> np.uint64(bit % 64)) & np.uint64(1)).astype(bool)
-
-
-class LeafTables:
+class LeafTables(LeafCacheMixin, BpeSideMixin):
     """Exact leaf verdicts for the whole vocabulary at once, from per-token tables.
 
     Token ``t`` (text ``T``) is a leaf of a node at character offset ``p`` of the region
@@ -216,55 +184,6 @@ class LeafTables:
                     return False
         return True
 
-    # ------------------------------------------------------------ disk cache
-    def _arrays(self) -> dict[str, np.ndarray]:
-        pcs = [self.machine.state_pcs[s] for s in self._local_states]
-        return {
-            "version": np.array(VCT_CACHE_VERSION),
-            "sigs": np.array(self.machine.class_sigs, dtype=bool).reshape(
-                len(self.machine.class_sigs), -1
-            ),
-            "row_tok": self.row_tok,
-            "row_len": self.row_len,
-            "row_partial": self.row_partial,
-            "row_seq": self.row_seq,
-            "seq_len": self.seq_len,
-            "seq_cols": np.concatenate(self.seq_cols),
-            "needs_exact": self.needs_exact,
-            "norm_bad": self.norm_bad,
-            "fresh_bits": self.fresh_bits,
-            "bbits": self.bbits,
-            "runs_rec": self.runs_rec,
-            "runs_fin": self.runs_fin,
-            "state_pcs": np.array([pc for p in pcs for pc in p], dtype=np.int32),
-            "state_pcs_len": np.array([len(p) for p in pcs], dtype=np.int32),
-            "probes": _PROBES_KEY,
-            "probe_ends": self._probe_bits().ends,
-        }
-
-    def _restore(self, a: dict[str, np.ndarray]) -> None:
-        for sig in map(tuple, a["sigs"].tolist()):  # same class ids as when saved
-            self.machine.class_ids[sig] = len(self.machine.class_sigs)
-            self.machine.class_sigs.append(sig)
-        self.row_tok, self.row_len, self.row_partial = a["row_tok"], a["row_len"], a["row_partial"]
-        self.row_seq, self.seq_len = a["row_seq"], a["seq_len"]
-        self.seq_cols = self._split_columns(a["seq_cols"], self.seq_len)
-        self.needs_exact, self.norm_bad = a["needs_exact"], a["norm_bad"]
-        self.fresh_bits, self.bbits = a["fresh_bits"], a["bbits"]
-        # the machine numbers states as it meets them: find the saved ones by thread list
-        ends = np.cumsum(a["state_pcs_len"]).tolist()
-        flat = a["state_pcs"].tolist()
-        for lo, hi in zip([0, *ends[:-1]], ends, strict=True):
-            self._local_of(_state_id(self.machine, tuple(flat[lo:hi])))
-        self._set_runs(a["runs_rec"], a["runs_fin"])
-        self._ends_known = a["probe_ends"]
-
-    @staticmethod
-    def _split_columns(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-        """Column i: the i-th class of every sequence longer than i (longest first)."""
-        counts = [int((lengths > i).sum()) for i in range(int(lengths.max()))]
-        return np.split(flat, np.cumsum(counts)[:-1])
-
     # ------------------------------------------------------------ token rows
     def _build_rows(self) -> None:
         """One row per token that starts on a character: the classes of its characters;
@@ -322,173 +241,6 @@ class LeafTables:
         out = rows[:size].copy()
         more = rows[size:]
         out[self.row_tok[size:][more]] = True
-        return out
-
-    # -------------------------------------------------------------- BPE side
-    def _bpe_masks(self) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
-        """Per probe y and j (characters of y inside T's pre-token): may T's token come
-        first in the BPE of that pre-token? j = 0: T alone encodes to t (A: it starts the
-        pre-token; B: it continues one, so t must be reachable); j > 0: t must be valid
-        before the first BPE token of y[:j], and T + y[:j] must not be a whole token
-        under ignore_merges."""
-        tok, t = self.tok, self.row_tok
-        self._whole_by_ext: dict[bytes, list[int]] | None = None
-        reach = tok.reachable[t]
-        whole = tok.ignore_merges & tok.is_text[t]
-        part_a, part_b = self._partial_bpe()
-        bpe_a: list[list[np.ndarray]] = []
-        bpe_b: list[list[np.ndarray]] = []
-        for y in PROBES:
-            k = ENDING_INDEX[b""]
-            a_list = [np.where(self.row_partial, part_a[:, k], reach | whole)]
-            b_list = [np.where(self.row_partial, part_b[:, k], reach)]
-            for j in range(1, len(y) + 1):
-                ext = y[:j].encode("utf-8")
-                k = ENDING_INDEX[ext]
-                first = tok._bpe_cached(ext)[0]
-                ok = reach & self.engine.validity.predecessors(first)[t] & ~self._whole_with(ext)[t]
-                a_list.append(np.where(self.row_partial, part_a[:, k], ok))
-                b_list.append(np.where(self.row_partial, part_b[:, k], ok))
-            bpe_a.append(a_list)
-            bpe_b.append(b_list)
-        return bpe_a, bpe_b
-
-    def _partial_bpe(self) -> tuple[np.ndarray, np.ndarray]:
-        """[rows, PROBE_ENDINGS] verdicts for rows whose token ``T`` ends inside a
-        character: is ``t`` the first token of BPE(T + rest + ext) for some character of
-        the row's class (``rest``: the bytes that complete it)? By the pairwise theorem
-        that is "t reachable and valid before the first token of BPE(rest + ext)". B
-        (t continues a pre-token) is that; A (t starts the pre-token) also needs the
-        whole pre-token not to be a token under ignore_merges. Exact over every
-        completing character (:class:`Completions`), as the byte-by-byte check is once
-        the next byte is typed. Under NFC only characters that NFC leaves alone whatever
-        precedes them count; a token whose verdicts other characters could change is
-        checked by encoding instead (added to ``needs_exact``)."""
-        ok_a = np.zeros((len(self.row_tok), len(PROBE_ENDINGS)), dtype=bool)
-        ok_b = ok_a.copy()
-        by_tok: dict[int, list[int]] = {}
-        for r in np.flatnonzero(self.row_partial).tolist():
-            by_tok.setdefault(int(self.row_tok[r]), []).append(r)
-        self.context_bound: list[int] = []
-        for t, rows in by_tok.items():
-            if not self.tok.reachable[t]:
-                continue
-            classes = [self._last_class(r) for r in rows]
-            safe, loose = self._partial_verdicts(t, sorted(set(classes)))
-            for r, c in zip(rows, classes, strict=True):
-                ok_a[r], ok_b[r] = safe[c]
-            if any(
-                (safe[c][0] != loose[c][0]).any() or (safe[c][1] != loose[c][1]).any() for c in safe
-            ):
-                self.context_bound.append(t)
-        return ok_a, ok_b
-
-    def _last_class(self, row: int) -> int:
-        seq = int(self.row_seq[row])
-        return int(self.seq_cols[int(self.seq_len[seq]) - 1][seq])
-
-    def _partial_verdicts(self, t: int, classes: list[int]) -> tuple[dict, dict]:
-        """Per class of completing character: (A, B) verdicts over the probe endings,
-        counting NFC-safe characters only, and counting every character."""
-        word = self.tok.token_bytes[t]
-        assert word is not None
-        info = self.engine.completions(split_lenient(word)[1])
-        cls = self._completion_class_array(info)
-        longer = self._longer_tokens(word) if self.tok.ignore_merges else []
-        size = len(PROBE_ENDINGS)
-        safe = {c: (np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)) for c in classes}
-        loose = {c: (np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)) for c in classes}
-        valid_by_column: dict[int, np.ndarray] = {}
-        for k, ext in enumerate(PROBE_ENDINGS):
-            column = k if k in info.cross else -1  # endings without a bridge share a column
-            valid = valid_by_column.get(column)
-            if valid is None:
-                firsts = info.firsts(k)
-                uniq, inverse = np.unique(firsts, return_inverse=True)
-                ok = np.array([self.engine.validity.pair_valid(t, int(f)) for f in uniq])
-                valid = valid_by_column[column] = ok[inverse.reshape(-1)]
-            whole = self._whole_rests(info, word, longer, ext)
-            for c in classes:
-                b = valid & (cls == c)
-                a = b & ~whole if whole is not None else b
-                safe[c][0][k], safe[c][1][k] = (a & info.safe).any(), (b & info.safe).any()
-                loose[c][0][k], loose[c][1][k] = a.any(), b.any()
-        return safe, loose
-
-    def _longer_tokens(self, word: bytes) -> list[bytes]:
-        lo, hi = self.engine.token_range(word)
-        return [b[len(word) :] for b, _ in self.engine.sorted_bytes[lo:hi] if len(b) > len(word)]
-
-    @staticmethod
-    def _whole_rests(
-        info: Completions, word: bytes, longer: list[bytes], ext: bytes
-    ) -> np.ndarray | None:
-        """Completions whose rest + ext, after ``word``, makes a whole token."""
-        width = info.rests.shape[1]
-        hits = [
-            info.index(tail[:width])
-            for tail in longer
-            if len(tail) == width + len(ext) and tail.endswith(ext)
-        ]
-        hits = [i for i in hits if i is not None]
-        if not hits:
-            return None
-        out = np.zeros(len(info), dtype=bool)
-        out[hits] = True
-        return out
-
-    def _completion_class_array(self, info: Completions) -> np.ndarray:
-        """Class (of this machine) of every completion, computed once per partial."""
-        got = info.derived.get("machine_classes")
-        if got is None:
-            got = info.derived["machine_classes"] = self.machine.bulk_classes(info.text)
-        return got  # type: ignore[return-value]
-
-    def _completion_classes(self, partial: bytes) -> list[int]:
-        return sorted(set(self._completion_class_array(self.engine.completions(partial)).tolist()))
-
-    def _whole_with(self, ext: bytes) -> np.ndarray:
-        """Tokens T with T + ext itself a token (ignore_merges would emit that one)."""
-        if self._whole_by_ext is None:
-            self._whole_by_ext = {}
-            if self.tok.ignore_merges:
-                endings = set(PROBE_ENDINGS) - {b""}
-                for b, _ in self.engine.sorted_bytes:
-                    for cut in range(1, min(4, len(b))):
-                        t = self.tok.bytes_to_id.get(b[:-cut])
-                        if b[-cut:] in endings and t is not None:
-                            self._whole_by_ext.setdefault(b[-cut:], []).append(t)
-        out = np.zeros(self.tok.size, dtype=bool)
-        out[self._whole_by_ext.get(ext, [])] = True
-        return out
-
-    # ------------------------------------------------------- special tokens
-    def _needs_exact(self) -> np.ndarray:
-        """Tokens whose verdict the tables do not model: non-special added text (matched
-        before pre-tokenization) and text that contains it, and under NFC a token whose
-        first character may compose with what precedes it."""
-        tok = self.tok
-        out = self.engine.is_added.copy()
-        texts = [a.encode("utf-8") for a in tok.added_text]
-        for i, b in enumerate(tok.token_bytes):
-            if b is None:
-                continue
-            if any(a in b for a in texts):
-                out[i] = True
-            elif tok.normalize is not None and b[:1] and not 0x80 <= b[0] < 0xC0:
-                head = complete_head(b)
-                out[i] = bool(head) and not nfc_boundary(head[0])
-        return out
-
-    def _norm_bad(self) -> np.ndarray:
-        """Tokens the normalizer rewrites: they never come out of the encoder."""
-        out = np.zeros(self.tok.size, dtype=bool)
-        if self.tok.normalize is None:
-            return out
-        for i, b in enumerate(self.tok.token_bytes):
-            if b is not None and not 0x80 <= b[0] < 0xC0:
-                text, _ = split_lenient(b)
-                out[i] = self.tok.normalize(text) != text
         return out
 
     # ------------------------------------------------------ machine tables
@@ -745,47 +497,3 @@ class LeafTables:
             if state == ClassMachine.DEAD:
                 break
         return rec
-
-
-def _state_id(machine: ClassMachine, pcs: tuple[int, ...]) -> int:
-    """The machine's number for the state with thread list ``pcs``, registering it as
-    its own stepping would (the machine numbers states in the order it meets them)."""
-    ids = machine._state_ids  # (the machine has no public lookup)
-    sid = ids.get(pcs)
-    if sid is None:
-        sid = ids[pcs] = len(machine.state_pcs)
-        machine.state_pcs.append(pcs)
-    return sid
-
-
-def load_checked(path: Path | None) -> dict[str, np.ndarray] | None:
-    """The leaf tables saved at ``path``, or None when there are none, or when the file
-    is damaged (a bad CRC, a torn write), of another version, or inconsistent: the
-    caller then rebuilds them rather than trust it."""
-    a = load_intact(path)
-    if a is None or sorted(a) != sorted(_SAVED) or str(a["version"]) != VCT_CACHE_VERSION:
-        return None
-    if not np.array_equal(a["probes"], _PROBES_KEY):
-        return None  # the bits stand for other probes
-    rows, seqs, states = len(a["row_tok"]), len(a["seq_len"]), len(a["state_pcs_len"])
-    shapes_ok = (
-        all(len(a[k]) == rows for k in ("row_len", "row_partial", "row_seq", "fresh_bits"))
-        and a["bbits"].shape == (_WORDS, rows)
-        and a["runs_rec"].shape == a["runs_fin"].shape
-        and a["runs_rec"].shape[1:] == (seqs,)
-        and 0 < len(a["runs_rec"]) <= states
-        and int(a["seq_len"].sum()) == len(a["seq_cols"])
-        and int(a["state_pcs_len"].sum()) == len(a["state_pcs"])
-        and a["probe_ends"].shape == (states, len(PROBES))
-    )
-    if not shapes_ok or not rows or not seqs:
-        return None
-    vocab = len(a["needs_exact"])
-    in_range = (
-        rows >= vocab
-        and np.array_equal(a["row_tok"][:vocab], np.arange(vocab))  # row t: token t's
-        and int(a["row_seq"].max()) < seqs
-        and int(a["runs_fin"].max()) < states
-        and np.array_equal(a["seq_len"][a["row_seq"]], a["row_len"])
-    )
-    return a if in_range else None

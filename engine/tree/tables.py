@@ -29,7 +29,8 @@ from ..tokenize.tokenizer import BPETokenizer, cache_root, load_tokenizer
 from ..tokenize.unicode_versions import compile_as_tokenizers
 from .canonical import CanonicalChecks
 from .completions import ByteFacts, Completions, build_completions, utf8_length
-from .leaf_tables import VCT_CACHE_VERSION, LeafTables
+from .leaf_cache import VCT_CACHE_VERSION
+from .leaf_tables import LeafTables
 from .saved_words import saved_words_for
 from .sentencepiece import SentencePieceEngine
 from .tail import ONLY_BARE, Hyp, TailCache, WholeWords

@@ -20,12 +20,8 @@ from midword.engine import build_tree, load_engine
 from midword.engine.disk_arrays import save_arrays
 from midword.engine.tokenize.pretok import ClassMachine
 from midword.engine.tokenize.tokenizer import load_tokenizer
-from midword.engine.tree.leaf_tables import (
-    VCT_CACHE_VERSION,
-    LeafTables,
-    load_checked,
-    scan_configs,
-)
+from midword.engine.tree.leaf_cache import VCT_CACHE_VERSION, load_checked
+from midword.engine.tree.leaf_tables import LeafTables, scan_configs
 from midword.engine.tree.tables import engine_for
 from midword.engine.tree.utf8 import PROBE_ENDINGS, split_lenient
 
