@@ -79,7 +79,8 @@ _FACE: dict[str, tuple[str, ...]] = {
         "LoadedModel",
     ),
     "model.files": ("prepare_model", "stderr_progress"),
-    "sample.sampling": ("ByteSampler", "Transform"),
+    "sample.sampling": ("ByteSampler",),
+    "sample.transform": ("Transform",),
     "sample.generate": (
         "Completer",
         "Completion",

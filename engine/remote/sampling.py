@@ -32,7 +32,8 @@ import numpy as np
 from ..errors import EngineRefused
 from ..sample.generate import Completer, Completion, Cut, Interrupted, Settings, StopCheck, _Output
 from ..sample.lazy_pbp import Draws, LazyTree
-from ..sample.sampling import ByteSampler, Transform, session_rows
+from ..sample.sampling import ByteSampler, session_rows
+from ..sample.transform import Transform
 from .client import VLLMClient
 from .session import NodeReads, VLLMSession, tree_reads
 from .wire import MAX_CHOSEN_IDS, stream_body, stream_tokens

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import EngineRefused
-from ..sample.sampling import NEG_INF
+from ..sample.transform import NEG_INF
 
 if TYPE_CHECKING:
     from ..sample.generate import Settings

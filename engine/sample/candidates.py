@@ -51,7 +51,8 @@ import numpy as np
 
 from ..errors import BackendError
 from .generate import Interrupted
-from .sampling import NEG_INF, ByteSampler, NextBytes, logsumexp
+from .sampling import ByteSampler, NextBytes
+from .transform import NEG_INF, logsumexp
 
 __all__ = [
     "END_CONDITIONS",

@@ -46,7 +46,8 @@ from ..errors import BackendError
 from ..model.backend import ScoringModel
 from ..tree.tables import Engine
 from .generate import Completion, Settings, _Output, _pick
-from .sampling import NEG_INF, ByteSampler, Transform, logsumexp
+from .sampling import ByteSampler
+from .transform import NEG_INF, Transform, logsumexp
 
 __all__ = [
     "COMBINES",

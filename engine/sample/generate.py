@@ -27,7 +27,8 @@ from ..tree.tables import Engine
 from ..tree.utf8 import split_utf8
 from ..tree.vct import Tree
 from .lazy_pbp import Draws, LazyTree
-from .sampling import NEG_INF, ByteSampler, LeafSet, Transform, logsumexp, session_rows
+from .sampling import ByteSampler, LeafSet, session_rows
+from .transform import NEG_INF, Transform, logsumexp
 
 METHODS = ("bytesampler", "healing1", "healing2", "healing4", "naive")
 MODES = ("pbp", "bytes")

@@ -58,7 +58,8 @@ from .candidates import (
     typed_identifier,
 )
 from .generate import Completer, Completion, Cut, Settings, StopCheck
-from .sampling import NEG_INF, ByteSampler, Transform, logsumexp
+from .sampling import ByteSampler
+from .transform import NEG_INF, Transform, logsumexp
 
 __all__ = ["GUIDED_METHOD", "MIN_MASS", "Guided", "complete_guided"]
 

@@ -56,7 +56,7 @@ import numpy as np
 from ..errors import BackendError
 from ..model.backend import TokenPath
 from ..tree.vct import Tree
-from .sampling import NEG_INF
+from .transform import NEG_INF
 
 __all__ = ["Draws", "LazyLeaf", "LazyTree", "RowFetch", "TokenDraw"]
 

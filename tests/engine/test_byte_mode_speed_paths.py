@@ -11,7 +11,8 @@ import pytest
 from midword.engine.model.fake import FakeModel
 from midword.engine.sample import sampling
 from midword.engine.sample.generate import _pick
-from midword.engine.sample.sampling import ByteSampler, Transform
+from midword.engine.sample.sampling import ByteSampler
+from midword.engine.sample.transform import Transform
 
 torch = pytest.importorskip("torch")
 from midword.engine.model.kvcache import KVCache  # noqa: E402

@@ -14,7 +14,8 @@ import pytest
 from midword.engine import load_engine
 from midword.engine.model.fake import FakeModel
 from midword.engine.sample.generate import Completer, Settings
-from midword.engine.sample.sampling import ByteSampler, Transform
+from midword.engine.sample.sampling import ByteSampler
+from midword.engine.sample.transform import Transform
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "models" / "default"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from midword.engine.sample.generate import Completer, Settings
 from midword.engine.sample.guided import GUIDED_METHOD, _draw, complete_guided
-from midword.engine.sample.sampling import ByteSampler, Transform
+from midword.engine.sample.sampling import ByteSampler
+from midword.engine.sample.transform import Transform
 
 from .test_candidates import ENDING, _Setup
 

@@ -16,7 +16,7 @@ from midword.engine import VCT, Tree, load_engine
 from midword.engine.model.fake import FakeModel
 from midword.engine.sample.generate import Completer, Settings
 from midword.engine.sample.lazy_pbp import LazyTree
-from midword.engine.sample.sampling import Transform
+from midword.engine.sample.transform import Transform
 
 from midword.testing import shipped_test_model
 

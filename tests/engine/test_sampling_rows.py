@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from midword.engine.sample import sampling
-from midword.engine.sample.sampling import NEG_INF, Transform
+from midword.engine.sample import transform as transforms
+from midword.engine.sample.transform import NEG_INF, Transform
 
 VOCAB = 151_936  # Qwen2.5's output size: the row size the partial sort is for
 
@@ -57,7 +57,7 @@ def test_one_row_gives_the_matrix_paths_numbers(transform: Transform, n: int, sc
 def test_top_p_keeps_the_nucleus(top_p: float, scale: float) -> None:
     rng = np.random.default_rng(int(100 * top_p + scale))
     logp = _row(rng, 20_000, scale)  # scale 0.05: a flat row, the nucleus outgrows 1024
-    kept = set(sampling._top_p_keep(logp, top_p).tolist())
+    kept = set(transforms._top_p_keep(logp, top_p).tolist())
     assert kept == _nucleus_by_hand(logp, top_p)
     out = Transform(top_p=top_p).apply(logp)
     assert set(np.flatnonzero(np.isfinite(out)).tolist()) == kept
@@ -73,11 +73,11 @@ def test_the_partial_sort_grows_until_it_can_tell(monkeypatch) -> None:
         sorts.append(np.size(a))
         return real(a, *args, **kwargs)
 
-    monkeypatch.setattr(sampling.np, "argsort", counting)
+    monkeypatch.setattr(transforms.np, "argsort", counting)
     logp = np.full(50_000, -np.log(50_000.0))  # uniform: the first 1024 hold 2%
     logp[:10] += 1e-9  # no ties among the likeliest few
-    keep = sampling._top_p_keep(logp, 0.5)
-    assert sorts[0] == sampling.TOP_P_FIRST and sorts[-1] > sampling.TOP_P_FIRST
+    keep = transforms._top_p_keep(logp, 0.5)
+    assert sorts[0] == transforms.TOP_P_FIRST and sorts[-1] > transforms.TOP_P_FIRST
     assert keep.size == pytest.approx(25_000, abs=2)
 
 

@@ -13,12 +13,11 @@ from midword.engine.model.fake import FakeModel
 from midword.engine.sample.sampling import (
     ByteSampler,
     LeafSet,
-    Transform,
     _common_len,
     _node_scores,
     _ScoredTree,
-    logsumexp,
 )
+from midword.engine.sample.transform import Transform, logsumexp
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIXES = [

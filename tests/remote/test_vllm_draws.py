@@ -31,7 +31,8 @@ from midword.engine.remote.backend import RemoteCompleter, VLLMClient, VLLMModel
 from midword.engine.remote.sampling import SEED_STEP
 from midword.engine.sample.generate import Interrupted, Settings
 from midword.engine.sample.lazy_pbp import LazyTree
-from midword.engine.sample.sampling import ByteSampler, Transform, session_rows
+from midword.engine.sample.sampling import ByteSampler, session_rows
+from midword.engine.sample.transform import Transform
 from scipy import stats
 
 from midword.testing import shipped_test_model

@@ -13,7 +13,7 @@ from midword.engine import load_engine
 from midword.engine.model.fake import FakeModel
 from midword.engine.model.forward_plan import _common_prefix_len, _list_lcp
 from midword.engine.sample.generate import Completer, Settings, _choose, _LazyRng, _pick
-from midword.engine.sample.sampling import Transform
+from midword.engine.sample.transform import Transform
 from midword.server.controller import Controller
 from midword.server.document import GROW_LIMIT, Cursor, Document, Range, _cut_long_line
 from midword.server.scope import indent_unit
