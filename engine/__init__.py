@@ -61,6 +61,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "tree.tail": ("TailNode",),
     "tree.tables": ("Engine", "engine_for", "load_engine"),
     "tree.vct": ("build_tree", "Tree", "VCT"),
+    "gguf.tokenizer": ("gguf_tokenizer", "rebuilt_tokenizer_json"),
     "model.backend": ("ForwardDone", "observe_forwards", "ScoringModel", "TreeScoringSession"),
     "model.forward_plan": ("ForwardStep",),
     "model.kvcache": ("KVCache",),

@@ -25,10 +25,14 @@ Several prefixes (PREFIX ... and --prefix-file F ..., in that order) need --json
 and print one object per line (JSON Lines), in order; the tokenizer loads once.
 Errors print one line on stderr and exit with status 2.
 
+A .gguf file's tokenizer is rebuilt from its metadata alone; one midword cannot rebuild
+exactly is refused in one line naming what is not modelled.
+
 Examples:
   midword tree --tokenizer models/default 'self.assertEq'
   printf 'x = \\xe6\\x97' | midword tree --tokenizer models/default --json -
   midword tree --tokenizer models/default --json 'import nump' 'x = 12345'
+  midword tree --tokenizer qwen2.5-coder-1.5b-instruct-q8_0.gguf 'import nump'
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokenizer",
         required=True,
         metavar="PATH",
-        help="tokenizer.json, or a model directory holding one",
+        help="tokenizer.json, a model directory holding one, or a .gguf file (its tokenizer "
+        "rebuilt from the metadata; no weights are read)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object per prefix (see above)"
@@ -112,13 +117,19 @@ def _argument_bytes(text: str) -> bytes | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from midword.engine import PrefixError, TokenizerError, build_tree, load_engine
+    from midword.engine import (
+        PrefixError,
+        PretokenizerError,
+        TokenizerError,
+        build_tree,
+        load_engine,
+    )
 
     prefixes = read_prefixes(args)
     try:
         engine = load_engine(args.tokenizer)
-    except (TokenizerError, OSError) as exc:
-        raise CommandError(f"cannot load the tokenizer: {exc}") from exc
+    except (TokenizerError, PretokenizerError, OSError) as exc:
+        raise CommandError(f"cannot load the tokenizer: {_one_line(exc)}") from exc
     for prefix in prefixes:
         try:
             tree = build_tree(engine, prefix)
@@ -129,6 +140,15 @@ def run(args: argparse.Namespace) -> int:
         else:
             _print_tree(engine.tok, tree, args.max_leaves)
     return 0
+
+
+def _one_line(exc: Exception) -> str:
+    """The error's message on one line (a JSON error may hold a newline).
+
+    >>> _one_line(ValueError("a\\n  b"))
+    'a b'
+    """
+    return " ".join(str(exc).split())
 
 
 def _print_tree(tok, tree, max_leaves: int) -> None:  # noqa: ANN001 (engine types: lazy import)

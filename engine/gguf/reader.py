@@ -77,7 +77,12 @@ class GGUFFile:
                 for info in self._infos:
                     if info.offset + self._n_bytes(info) > len(m):
                         raise ValueError(f"tensor {info.name} runs past the file's end")
-        except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
+        except struct.error as exc:  # (a read past the end: the header is cut short)
+            raise GGUFError(
+                f"cannot read {self.path} as a GGUF file: it ends inside its header "
+                "(truncated or corrupt)"
+            ) from exc
+        except (ValueError, OSError, UnicodeDecodeError) as exc:
             raise GGUFError(f"cannot read {self.path} as a GGUF file: {exc}") from exc
         self.arch = str(self.get("general.architecture", ""))
 

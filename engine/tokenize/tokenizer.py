@@ -37,12 +37,13 @@ from .bytelevel import CHAR_TO_BYTE
 from .pretok import parse_pretokenizer
 
 CACHE_VERSION = "1"
+GGUF_MAGIC = b"GGUF"
 
 
 # --------------------------------------------------------------------- loading
 def resolve_tokenizer_path(path: str | os.PathLike[str]) -> Path:
     """Accept a tokenizer.json file or a model directory that contains one."""
-    p = Path(path)
+    p = Path(path).expanduser()
     if p.is_dir():
         p = p / "tokenizer.json"
     if not p.is_file():
@@ -51,13 +52,56 @@ def resolve_tokenizer_path(path: str | os.PathLike[str]) -> Path:
 
 
 def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> BPETokenizer:
-    """Load and compile a tokenizer.json (normal form cached on disk by content hash)."""
+    """Load and compile a tokenizer.json (normal form cached on disk by content hash), or
+    the tokenizer of a GGUF file, rebuilt from its metadata (``gguf_tokenizer``).
+
+    Every file it cannot load (not JSON text, a GGUF tokenizer midword does not rebuild
+    exactly, ...) is a :class:`TokenizerError` whose message is one line.
+    """
     file = resolve_tokenizer_path(path)
+    with file.open("rb") as f:
+        magic = f.read(4)
+    if magic == GGUF_MAGIC:
+        return _gguf_tokenizer(file, use_cache)
+    if file.suffix == ".gguf":
+        raise TokenizerError(f"{file} is not a GGUF file (it does not start with 'GGUF')")
     raw = file.read_bytes()
     try:
         spec = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise TokenizerError(f"{file} is not a tokenizer.json (not UTF-8 text)") from exc
     except json.JSONDecodeError as exc:
         raise TokenizerError(f"{file} is not valid JSON: {exc}") from exc
+    if not isinstance(spec, dict):
+        raise TokenizerError(f"{file} is not a tokenizer.json (no JSON object)")
+    return compile_tokenizer(spec, raw, file, use_cache=use_cache)
+
+
+def _gguf_tokenizer(file: Path, use_cache: bool) -> BPETokenizer:
+    """The tokenizer a GGUF file's metadata describes. (The rebuild lives with the GGUF
+    reader, a floor up: imported here, lazily, so every caller that takes a tokenizer
+    file or a model's ``tokenizer_source`` takes a GGUF file as well.)"""
+    from ..errors import GGUFError
+    from ..gguf.tokenizer import gguf_tokenizer
+
+    try:
+        return gguf_tokenizer(file, use_cache=use_cache)
+    except GGUFError as exc:
+        raise TokenizerError(" ".join(str(exc).split())) from exc
+
+
+def compile_tokenizer(
+    spec: dict, raw: bytes, file: Path, *, use_cache: bool = True
+) -> BPETokenizer:
+    """The tokenizer of a tokenizer.json ``spec`` whose text is ``raw`` (its hash keys the
+    caches) and whose source is ``file`` (named in messages). GGUF files come here with
+    the tokenizer.json rebuilt from their metadata.
+
+    >>> import json
+    >>> spec = json.loads(Path("models/default/tokenizer.json").read_bytes())
+    >>> compile_tokenizer(spec, b"", Path("x"), use_cache=False).decode([72, 73])
+    b'ef'
+    """
     from .sentencepiece import load_sentencepiece
     from .sentencepiece_spec import is_sentencepiece
 

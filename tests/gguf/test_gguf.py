@@ -366,9 +366,8 @@ def python_sources(n: int) -> list[str]:
 
 def digits_variant(spec: dict, individual: bool = True) -> dict:
     out = dict(spec)
-    out["pre_tokenizer"] = mg._sequence(
-        {"type": "Digits", "individual_digits": individual}, mg.GPT2_BYTELEVEL
-    )
+    digits = {"type": "Digits", "individual_digits": individual}
+    out["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [digits, mg.GPT2_BYTELEVEL]}
     return out
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from midword.engine import build_tree, load_engine
 from midword.engine.gguf import convert as mg
+from midword.engine.gguf import sentencepiece as gguf_sp
 from midword.engine.tokenize.tokenizer import load_tokenizer
 
 from midword.testing import CORPUS, real_encoder, tokenizer_path
@@ -438,7 +439,7 @@ def test_a_token_above_its_half_would_mislead_the_trees(tmp_path: Path, monkeypa
     """Why :func:`_above_halves` is refused: converted anyway, the rebuilt file still
     encodes as llama.cpp, but midword's tokenizer (whose merge order puts every merge after
     its halves') does not."""
-    monkeypatch.setattr(mg, "_refuse_tokens_above_halves", lambda *args: None)
+    monkeypatch.setattr(gguf_sp, "_refuse_tokens_above_halves", lambda *args: None)
     vocab = _above_halves(small_vocab(3))
     path = rebuilt(tmp_path, vocab)
     want = vocab.oracle().ids("s/q/q")
