@@ -46,7 +46,7 @@ INSTALL_HINT = (
 DEFAULT_N_CTX = 4096  # cap on the context taken from the model's training length
 N_SEQ_MAX = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids a context may use
 N_UBATCH = 512  # llama.cpp's default physical batch
-FLASH_ATTN_DISABLED = 0  # llama.cpp's LLAMA_FLASH_ATTN_TYPE_DISABLED
+FLASH_ATTN_ENABLED = 1  # llama.cpp's LLAMA_FLASH_ATTN_TYPE_ENABLED
 LOG_ENV = "MIDWORD_LLAMA_LOG"  # "1": llama.cpp's log lines go to stderr
 _GGML_LOG_LEVEL_ERROR = 4
 
@@ -125,11 +125,12 @@ class LlamaContext:
         cparams.n_seq_max = self.params.n_seq_max
         cparams.n_threads = cparams.n_threads_batch = self.params.n_threads
         cparams.kv_unified = True  # one cell may belong to many sequences (tree nodes)
-        # Flash attention off: its CPU kernel is wrong (0.5 in log-prob, 2% in probability,
-        # measured) when a token's cell lies below a cell of its own context, which is
-        # how freed cells get reused here; the plain path is bitwise equal to a fresh
-        # sequential evaluation in that layout.
-        cparams.flash_attn_type = FLASH_ATTN_DISABLED
+        # Flash attention on: it sums a query's visible cells one by one in cell order,
+        # skipping masked cells, and the session keeps each context's cells in position
+        # order (a stack), so a tree row is bitwise the plain sequence's row. The other
+        # path sums in SIMD lanes by cell index: a sibling's cell between two of a
+        # context's shifts the lanes, and quantized activations amplify the rounding.
+        cparams.flash_attn_type = FLASH_ATTN_ENABLED
         cparams.no_perf = True
         self.ctx = ll.llama_init_from_model(model.handle, cparams)
         if not self.ctx:
