@@ -106,6 +106,9 @@ _FACE: dict[str, tuple[str, ...]] = {
         "Guided",
         "MIN_MASS",
     ),
+    "sample.candidate_draws": (
+        "draw_continuation",
+    ),
     "sample.fim": (
         "FIM_CHOICES",
         "FimCompleter",

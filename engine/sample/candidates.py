@@ -239,6 +239,32 @@ def likeliest_continuation(
     return found
 
 
+class _Shape:
+    """The candidates' byte trie: each candidate's first place in the list (``order``), the
+    next bytes below each node (``children``) and how many candidates lie strictly below
+    it (``below``). ``disjoint``: with ``end="identifier"``, no candidate goes on from
+    another with a byte that ends a name (``a`` and ``a.b``: the texts where ``a`` ends
+    include those of ``a.b``), so the candidates' scores are of different texts."""
+
+    def __init__(self, continuations: Sequence[bytes], end: str) -> None:
+        self.order: dict[bytes, int] = {}
+        for i, cont in enumerate(continuations):
+            self.order.setdefault(cont, i)
+        self.children: dict[bytes, set[int]] = {}
+        self.below: dict[bytes, int] = {}
+        self.disjoint = end == "identifier"
+        for cont in self.order:
+            for d in range(len(cont)):
+                self.children.setdefault(cont[:d], set()).add(cont[d])
+                self.below[cont[:d]] = self.below.get(cont[:d], 0) + 1
+                if cont[:d] in self.order and cont[d] not in IDENTIFIER_BYTES:
+                    self.disjoint = False
+
+    def many(self, path: bytes) -> int:
+        """The candidates at or below ``path``."""
+        return self.below.get(path, 0) + (path in self.order)
+
+
 _DONE, _NODE = 0, 1  # heap entries: a finished candidate (first at equal weights), a node
 
 
@@ -248,20 +274,13 @@ class _BestFirst:
     The heap holds (-log weight, kind, order, path): finished candidates with their exact
     score, and trie nodes still to expand with their log-probability, which bounds the
     score of each candidate below them. A node's share of the total mass is at most its
-    probability with ``end="identifier"`` (the names that end below it are different
-    texts), and that times the candidates below it with ``end="none"``."""
+    probability when the candidates are disjoint (`_Shape`: the names that end below it
+    are different texts), and that times the candidates it stands for otherwise."""
 
     def __init__(self, trie: _Trie, continuations: Sequence[bytes], end: str) -> None:
         self.trie, self.end = trie, end
-        self.order: dict[bytes, int] = {}
-        for i, cont in enumerate(continuations):
-            self.order.setdefault(cont, i)
-        self.children: dict[bytes, set[int]] = {}
-        self.below: dict[bytes, int] = {}  # candidates strictly below each trie node
-        for cont in self.order:
-            for d in range(len(cont)):
-                self.children.setdefault(cont[:d], set()).add(cont[d])
-                self.below[cont[:d]] = self.below.get(cont[:d], 0) + 1
+        self.shape = shape = _Shape(continuations, end)
+        self.order, self.children = shape.order, shape.children
         self.heap: list[tuple[float, int, int, bytes]] = []
         self.low = 0.0  # the finished candidates' probability
         self._enter(b"", 0.0)
@@ -289,9 +308,16 @@ class _BestFirst:
         """An upper bound on the candidates' total probability."""
         total = self.low
         for key, kind, _, path in self.heap:
-            many = self.below[path] if kind == _NODE and self.end == "none" else 1
-            total += math.exp(-key) * many
+            total += math.exp(-key) * self._stands_for(kind, path)
         return total
+
+    def _stands_for(self, kind: int, path: bytes) -> int:
+        """How many candidate scores a heap entry's weight bounds, one by one."""
+        if kind == _DONE or self.shape.disjoint:
+            return 1
+        if self.end == "none":
+            return self.shape.below[path]  # its own score is an entry of its own
+        return self.shape.many(path)  # its own is pushed when it is expanded
 
     def run(self, min_mass: float) -> Likeliest:
         best: tuple[bytes, float] | None = None

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .candidate_draws import draw_continuation
 from .candidates import (
     ENDING_BYTES,
     CandidateScore,
@@ -75,8 +76,9 @@ class Guided:
 
     ``chosen`` is the candidate name; ``logprob`` its exact log-probability given the
     prefix (under the end condition); ``share`` its probability among the candidates;
-    ``mass`` the candidates' total probability. A greedy choice scores only what it needs
-    (`likeliest_continuation`): ``mass`` is then a lower bound (at least ``min_mass``) and
+    ``mass`` the candidates' total probability. A greedy choice, or a draw at a temperature
+    without top-k and top-p, scores only what it needs (`likeliest_continuation`,
+    `draw_continuation`): ``mass`` is then a lower bound (at least ``min_mass``) and
     ``share`` None. ``method`` is `GUIDED_METHOD` when guided, else the settings' method
     (the unguided completion when ``fallback`` asked for it)."""
 
@@ -134,8 +136,13 @@ def complete_guided(
         return _unguided(completer, prefix, settings, reason, fallback, should_stop, cut, deadline)
     rng = np.random.default_rng(settings.seed)
     args = (completer.sampler, prefix, list(rests), end)
-    pick = _likeliest(*args, min_mass, should_stop) if settings.transform.is_greedy else None
-    pick = pick or _sampled(*args, min_mass, should_stop, settings.transform, rng)
+    transform = settings.transform
+    if transform.is_greedy:
+        pick = _likeliest(*args, min_mass, should_stop)
+    elif transform.top_k == 0 and transform.top_p == 1:  # a temperature alone: drawn lazily
+        pick = _drawn(*args, min_mass, should_stop, transform.temperature, rng)
+    else:
+        pick = _sampled(*args, min_mass, should_stop, transform, rng)
     if isinstance(pick, str):
         return _unguided(completer, prefix, settings, pick, fallback, should_stop, cut, deadline)
     head, ended = _after_name(pick.chosen, end, settings, rng)
@@ -177,6 +184,33 @@ def _likeliest(
     return _Pick(found.best, None, found.mass_low)
 
 
+def _drawn(
+    sampler: ByteSampler,
+    prefix: bytes,
+    rests: list[bytes],
+    end: str,
+    min_mass: float,
+    should_stop: StopCheck | None,
+    temperature: float,
+    rng: np.random.Generator,
+) -> _Pick | str:
+    """A candidate drawn exactly at ``temperature`` by rejection over the trie (only what
+    the draw needs is scored); the mass is a lower bound, the share unknown."""
+    found = draw_continuation(
+        sampler,
+        prefix,
+        rests,
+        end,
+        rng=rng,
+        temperature=temperature,
+        min_mass=min_mass,
+        should_stop=should_stop,
+    )
+    if found.best is None or not found.mass_high:
+        return _too_little(found.mass_high, min_mass, at_most=True)
+    return _Pick(found.best, None, found.mass_low)
+
+
 def _sampled(
     sampler: ByteSampler,
     prefix: bytes,
@@ -187,7 +221,8 @@ def _sampled(
     transform: Transform,
     rng: np.random.Generator,
 ) -> _Pick | str:
-    """A candidate drawn from every candidate's exact score, renormalized and transformed."""
+    """A candidate drawn from every candidate's exact score, renormalized and transformed
+    (top-k and top-p need them all)."""
     scores = score_continuations(sampler, prefix, rests, end, should_stop=should_stop)
     logps = np.array([s.logprob for s in scores])
     total = logsumexp(logps)

@@ -82,13 +82,16 @@ def test_scores_in_the_result(setup: _Setup, completer: Completer) -> None:
     fits = [n for n in NAMES if n.startswith("assertEq")]
     brute = {n: setup.brute(PREFIX, n.encode()[8:], "identifier") for n in fits}
     mass = sum(np.exp(v) for v in brute.values())
-    sampled = complete_guided(completer, PREFIX, NAMES, Settings(max_tokens=2, temperature=1.0))
+    every = Settings(max_tokens=2, temperature=1.0, top_k=len(NAMES))  # top-k: all scored
+    sampled = complete_guided(completer, PREFIX, NAMES, every)
     assert abs(sampled.logprob - brute[sampled.chosen]) < 1e-9
     assert abs(sampled.mass - mass) < 1e-9
     assert abs(sampled.share - np.exp(brute[sampled.chosen]) / mass) < 1e-9
+    for lazy in (GREEDY, Settings(max_tokens=2, temperature=0.8, seed=3)):
+        guided = complete_guided(completer, PREFIX, NAMES, lazy)
+        assert abs(guided.logprob - brute[guided.chosen]) < 1e-9
+        assert 0.05 <= guided.mass <= mass + 1e-9 and guided.share is None
     greedy = complete_guided(completer, PREFIX, NAMES, GREEDY)
-    assert abs(greedy.logprob - brute[greedy.chosen]) < 1e-9
-    assert 0.05 <= greedy.mass <= mass + 1e-9 and greedy.share is None
     assert greedy.to_json()["chosen"] == greedy.chosen
     assert greedy.to_json()["method"] == GUIDED_METHOD
 
@@ -115,11 +118,19 @@ def test_no_candidate_extends_what_was_typed(completer: Completer) -> None:
     assert fallback.completion.text == completer.complete(PREFIX, GREEDY).text
 
 
-@pytest.mark.parametrize("settings", [GREEDY, Settings(max_tokens=4, temperature=0.7, seed=2)])
+SETTINGS = [  # greedy, a temperature (both lazy), top-p (every name scored)
+    GREEDY,
+    Settings(max_tokens=4, temperature=0.7, seed=2),
+    Settings(max_tokens=4, temperature=0.7, top_p=0.9, seed=2),
+]
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
 def test_too_little_mass_falls_back(completer: Completer, settings: Settings) -> None:
-    """Just over the candidates' mass: not guided (the greedy search proves it without
+    """Just over the candidates' mass: not guided (the lazy searches prove it without
     scoring every name); just under: guided."""
-    every = complete_guided(completer, PREFIX, NAMES, Settings(max_tokens=1, temperature=1.0))
+    scored_all = Settings(max_tokens=1, temperature=1.0, top_k=len(NAMES))
+    every = complete_guided(completer, PREFIX, NAMES, scored_all)
     higher = every.mass * 1.01
     weak = complete_guided(completer, PREFIX, NAMES, settings, min_mass=higher, fallback=True)
     assert not weak.guided and "of the probability, under" in weak.reason
