@@ -26,6 +26,13 @@ candidate's probability), the sampler's covering tree moves by `ByteSampler.rese
 its session keeps the KV cache of what the prefixes share. A branch the model gives
 probability zero is not walked further.
 
+Scoring every candidate costs one model call per distinct prefix of a candidate. When only
+one is wanted, less does: `likeliest_continuation` expands the trie best first (a node's
+probability bounds every candidate below it) and stops once the best is certain, and
+`~midword.engine.sample.candidate_draws.draw_continuation` draws one exactly at a
+temperature by rejection over the same trie. Both bound the candidates' total probability,
+for a caller that needs a minimum before it trusts them.
+
 >>> from midword.engine import load_engine
 >>> from midword.engine.model.fake import FakeModel
 >>> engine = load_engine("models/default")
