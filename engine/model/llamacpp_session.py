@@ -228,10 +228,13 @@ class LlamaCppSession(TreeScoringSession):
         self._cell = np.empty(len(lay.pos), dtype=np.int64)
         self._cell[np.flatnonzero(stay)] = kept_cells
         self._cell[rows] = n_stay + np.arange(len(rows))  # llama.cpp fills free cells upwards
-        outputs = len(rows) - len(step.tokens) + step.logit_queries
-        self.inference_tokens += len(rows) - len(step.tokens)  # the base counts the rest
+        again = len(rows) - len(step.tokens)  # kept rows evaluated again
         self.decodes += 1
-        return self.llama.decode(lay.tok[rows], lay.pos[rows], [ids_of(r) for r in rows], outputs)
+        logprobs = self.llama.decode(
+            lay.tok[rows], lay.pos[rows], [ids_of(r) for r in rows], again + step.logit_queries
+        )
+        self.inference_tokens += again  # the base counts the new tokens
+        return logprobs
 
     @staticmethod
     def _ids_of(lay: _Layout, trunk_id: int, leaf_ids: list[int]) -> Callable[[int], list[int]]:
@@ -280,7 +283,7 @@ class LlamaCppSession(TreeScoringSession):
         wanted = {n_keep + int(q): j for j, q in enumerate(step.logit_queries)}
         out = np.zeros((len(step.logit_queries), self.vocab_size), dtype=np.float64)
         rows = [int(r) for r in step.trunk_rows[cached:]]
-        self._decode_rows(lay, rows, [[trunk_id]] * len(rows), wanted, out)
+        done = self._decode_rows(lay, rows, [[trunk_id]] * len(rows), wanted, out)
         n_trunk = len(step.trunk_rows)
         room = self.llama.n_seq_max - 1
         leaf_ids = [s for s in range(self.llama.n_seq_max) if s != trunk_id][:room]
@@ -291,10 +294,11 @@ class LlamaCppSession(TreeScoringSession):
                 self.llama.seq_cp(trunk_id, leaf_ids[j - first], 0, n_trunk)
             self._ids |= {leaf_ids[j - first] for j in group}
             seqs = [[leaf_ids[j - first] for j in lay.below[r] if j in group] for r in rows]
-            self._decode_rows(lay, rows, seqs, wanted, out)
+            done += self._decode_rows(lay, rows, seqs, wanted, out)
             for j in group:
                 self.llama.seq_rm(leaf_ids[j - first])
             self._ids = {trunk_id}
+        self.inference_tokens += done - len(step.tokens)  # shared nodes, kept rows: again
         self._trimmed = True  # logprob_rows drops the nodes: only trunk rows are cached
         self._pos, self._tok = lay.pos, lay.tok
         self._addr = np.full(len(lay.pos), trunk_id, dtype=np.int64)
@@ -309,15 +313,17 @@ class LlamaCppSession(TreeScoringSession):
         seqs: list[list[int]],
         wanted: dict[int, int],
         out: np.ndarray,
-    ) -> None:
-        """Decode layout rows with the given ids; their rows of `wanted` go into `out`."""
+    ) -> int:
+        """Decode layout rows with the given ids; their rows of `wanted` go into `out`.
+        Returns how many rows it evaluated."""
         if not rows:
-            return
+            return 0
         queries = [i for i, r in enumerate(rows) if r in wanted]
         self.decodes += 1
         lp = self.llama.decode(lay.tok[rows], lay.pos[rows], seqs, queries)
         for i, values in zip(queries, lp, strict=True):
             out[wanted[rows[i]]] = values
+        return len(rows)
 
 
 def _cached_trunk_prefix(step: ForwardStep, lay: _Layout, old_trunk: int) -> int:

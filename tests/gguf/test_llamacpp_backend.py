@@ -231,6 +231,21 @@ def test_typing_on_the_real_model(smol) -> None:
         check_rows(smol, session, trunk, paths, session.logprobs(trunk, paths))
 
 
+def test_kept_cells_stay_or_are_evaluated_again_and_counted(tiny) -> None:
+    """Cells are a stack: a kept row below the first dropped row's cell costs nothing, a
+    kept row above it is evaluated again (and counted in inference_tokens)."""
+    model = tiny["Q8_0"]
+    session = model.session(bos_id=0)
+    check_rows(model, session, [5], p := [(), (7,), (8,), (8, 9)], session.logprobs([5], p))
+    assert session.inference_tokens == 5  # BOS, 5, then the nodes (7,) (8,) (8, 9)
+    check_rows(model, session, [5, 8], p := [(), (9,)], session.logprobs([5, 8], p))
+    assert session.inference_tokens == 7  # (7,) dropped below (8,) and (8, 9): again
+    check_rows(model, session, [5, 8, 9], p := [(), (3,)], session.logprobs([5, 8, 9], p))
+    assert session.inference_tokens == 8  # the trunk grew into (8, 9): only (3,) is new
+    check_rows(model, session, [5], p := [(), (8,)], session.logprobs([5], p))
+    assert session.inference_tokens == 8  # a backspace: old trunk cells stay as nodes
+
+
 def test_a_tree_wider_than_the_sequence_ids(tiny_files) -> None:
     """With 4 sequence ids a 7-leaf tree goes in several decodes; it stays exact, only
     the trunk stays cached, and the next calls are exact again."""
