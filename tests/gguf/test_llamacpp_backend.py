@@ -345,8 +345,8 @@ def test_chain_rule_over_300_bytes(tiny_sampling) -> None:
 # ------------------------------------------------------------------ against the torch conversion
 def test_f32_file_agrees_with_its_torch_conversion(tiny_files, tiny, tmp_path: Path) -> None:
     """The same F32 file run by llama.cpp and by transformers after convert_gguf: they
-    differ by float32 rounding in different kernels (and llama.cpp's F16 KV cache).
-    Measured: at most 2e-3 in log-probability over this vocabulary; asserted: 1e-2."""
+    differ by float32 rounding in different kernels and by llama.cpp's F16 KV cache.
+    Measured: 2.4e-4 in log-probability (7e-8 in probability); asserted: 1e-3."""
     from midword.engine import load_hf_model
     from midword.engine.gguf.convert import convert_gguf
 
@@ -355,7 +355,7 @@ def test_f32_file_agrees_with_its_torch_conversion(tiny_files, tiny, tmp_path: P
     ids = [0, 17, 400, 3000, 5, 99, 4095, 1, 250, 1234, 77, 8, 2048]
     ours = tiny["F32"].sequence_logprobs(ids)
     theirs = hf.sequence_logprobs(ids)
-    assert np.abs(ours - theirs).max() < 1e-2
+    assert np.abs(ours - theirs).max() < 1e-3
     assert (ours.argmax(axis=1) == theirs.argmax(axis=1)).all()
 
 
