@@ -246,7 +246,9 @@ class Controller:
     def _scope(self, asked: _Asked, policy: str) -> Scope:
         # Special and added tokens' text must never be inserted, even spelled out in bytes.
         specials = self.host.special_texts()
-        return scope_for(asked.line_prefix, asked.line_suffix, policy, specials)
+        return scope_for(
+            asked.line_prefix, asked.line_suffix, policy, specials, self.options.max_lines
+        )
 
     async def _run(self, asked: _Asked, scope: Scope, items: int) -> Answer:
         request_id = f"c{next(self._ids)}"

@@ -79,6 +79,11 @@ class ServerOptions:
     max_tokens: int = 48
     time_budget_ms: int = 1500
     multiline: str = "auto"
+    # cut a completion where the model's exact probability of it falls below this
+    # (engine/sample/confidence.py); "auto" = AUTO_MIN_CONFIDENCE, 0 = off; a first word
+    # already below it leaves nothing: the server stays silent
+    min_confidence: float | str = 0.0
+    max_lines: int = 0  # lines a completion may span; 0 = no limit (1: single-line mode)
     window_bytes: int = 4096
     log_level: str = "info"
     max_items: int = 3
@@ -148,6 +153,8 @@ def _convert(default: Any, value: Any) -> Any:
         return tuple(x if isinstance(x, str) else float(x) for x in value)
     if isinstance(default, str) and not isinstance(value, str):  # "auto" | N: N stays a number
         return int(value)
+    if isinstance(value, str) and isinstance(default, float):  # N | "auto": "auto" stays
+        return value
     return type(default)(value)
 
 
@@ -171,6 +178,12 @@ _SPEC: dict[str, tuple[str, Check, str]] = {
     "max_tokens": ("maxTokens", _integer(1), "an integer >= 1"),
     "time_budget_ms": ("timeBudgetMs", _integer(1), "an integer >= 1"),
     "multiline": ("multiline", *_one_of(MULTILINE)),
+    "min_confidence": (
+        "minConfidence",
+        lambda v: v == "auto" or (_number(0)(v) and v < 1),
+        '"auto" or a number with 0 <= minConfidence < 1 (0 = off)',
+    ),
+    "max_lines": ("maxLines", _integer(0), "an integer >= 0 (0 = no limit)"),
     "window_bytes": ("windowBytes", _integer(64), "an integer >= 64"),
     "log_level": ("logLevel", *_one_of(LOG_LEVELS)),
     "max_items": ("maxItems", _integer(1), "an integer >= 1"),

@@ -38,6 +38,7 @@ __all__ = [
 
 OPENERS = (":", "{", "(", "[", "=>")
 TAB_WIDTH = 4
+BLOCK_LINES = 16  # the most lines a block completion spans (maxLines may lower it)
 CLOSERS = ("}", ")", "]")
 _IDENT_TAIL = re.compile(r"[\w$]*$")  # the partial identifier before the cursor
 _IDENT_HEAD = re.compile(r"^[\w$]*")
@@ -52,7 +53,7 @@ class Scope:
     min_indent: int = 0  # a later line indented less than this ends a block
     closer_indent: int = -1  # a closing bracket at this indent ends the block (included)
     suffix: str = ""  # the text after the cursor on its line
-    max_lines: int = 16
+    max_lines: int = BLOCK_LINES
     max_blank: int = 1
     specials: tuple[str, ...] = field(default_factory=tuple)
     # the end of the line before the cursor: a marker half typed there is not completed
@@ -102,9 +103,21 @@ class Scope:
 
 
 def scope_for(
-    line_prefix: str, line_suffix: str, policy: str, specials: Sequence[str] = ()
+    line_prefix: str,
+    line_suffix: str,
+    policy: str,
+    specials: Sequence[str] = (),
+    max_lines: int = 0,
 ) -> Scope:
-    """The scope at a cursor; ``policy`` is "auto", "always" or "never"."""
+    """The scope at a cursor; ``policy`` is "auto", "always" or "never"; ``max_lines``
+    (the ``maxLines`` option, 0: no limit) caps the lines a completion spans: it holds at
+    most ``max_lines - 1`` line breaks, so 1 is single-line mode.
+
+    >>> scope_for("", "", "always", max_lines=2).cut("a\\nb\\nc")
+    3
+    >>> scope_for("def f(x):", "", "auto", max_lines=1).multiline
+    False
+    """
     specials = tuple(s for s in specials if s)
     longest = max((len(s) for s in specials), default=1)
     tail = line_prefix[-(longest - 1) :] if longest > 1 else ""
@@ -112,14 +125,19 @@ def scope_for(
     stripped = line_prefix.strip()
     opens = stripped.endswith(OPENERS)
     blank_after = not line_suffix.strip()
-    multiline = blank_after and (
-        policy == "always" or (policy == "auto" and (not stripped or opens))
+    multiline = (
+        blank_after
+        and max_lines != 1
+        and (policy == "always" or (policy == "auto" and (not stripped or opens)))
     )
     if not multiline:
         return Scope(False, suffix=line_suffix, specials=specials, typed_tail=tail)
+    lines = min(max_lines, BLOCK_LINES) if max_lines else BLOCK_LINES
     if opens:
-        return Scope(True, indent + 1, indent, line_suffix, specials=specials, typed_tail=tail)
-    return Scope(True, indent, -1, line_suffix, specials=specials, typed_tail=tail)
+        return Scope(
+            True, indent + 1, indent, line_suffix, lines, specials=specials, typed_tail=tail
+        )
+    return Scope(True, indent, -1, line_suffix, lines, specials=specials, typed_tail=tail)
 
 
 def _width(line: str) -> int:

@@ -72,6 +72,10 @@ export interface ServerOptions {
   maxTokens: number;
   timeBudgetMs: number;
   multiline: (typeof MULTILINE)[number];
+  /** Cut where the completion's exact probability falls below this (0 <= p < 1); "auto" = 0.1 (provisional); 0 = off. */
+  minConfidence: 'auto' | number;
+  /** The most lines a completion spans; 1 = single-line mode, 0 = no limit. */
+  maxLines: number;
   windowBytes: number;
   logLevel: (typeof LOG_LEVELS)[number];
   /** Items for an Invoked request. */
@@ -130,6 +134,8 @@ export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
   'maxTokens',
   'timeBudgetMs',
   'multiline',
+  'minConfidence',
+  'maxLines',
   'windowBytes',
   'logLevel',
   'maxItems',
@@ -161,6 +167,8 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
   maxTokens: 48,
   timeBudgetMs: 1500,
   multiline: 'auto',
+  minConfidence: 0,
+  maxLines: 0,
   windowBytes: 4096,
   logLevel: 'info',
   maxItems: 3,
@@ -259,6 +267,12 @@ const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expect
   maxTokens: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
   timeBudgetMs: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
   multiline: { check: oneOf(MULTILINE), expected: MULTILINE.join(' | ') },
+  minConfidence: {
+    check: (value: unknown): value is 'auto' | number =>
+      value === 'auto' || (numberIn(0, Infinity, {})(value) && value < 1),
+    expected: '"auto" or a number with 0 <= minConfidence < 1 (0 = off)',
+  },
+  maxLines: { check: numberIn(0, Infinity, { integer: true }), expected: 'an integer >= 0 (0 = no limit)' },
   windowBytes: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },
   logLevel: { check: oneOf(LOG_LEVELS), expected: LOG_LEVELS.join(' | ') },
   maxItems: { check: numberIn(1, Infinity, { integer: true }), expected: 'an integer >= 1' },

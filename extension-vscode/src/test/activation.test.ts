@@ -84,6 +84,8 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
       maxTokens: 48,
       timeBudgetMs: 1500,
       multiline: 'auto',
+      minConfidence: 0,
+      maxLines: 0,
       windowBytes: 4096,
       logLevel: 'info',
       maxItems: 3,

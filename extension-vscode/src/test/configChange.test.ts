@@ -35,7 +35,7 @@ describe('classifyConfigurationChange', () => {
       assert.deepEqual(effects.changedOptions, [key]);
       assert.deepEqual(effects.reloadOptions, [key]);
     }
-    for (const key of ['method', 'mode', 'temperature', 'topP', 'maxTokens', 'timeBudgetMs', 'multiline', 'windowBytes', 'logLevel', 'maxItems', 'acceptanceLog']) {
+    for (const key of ['method', 'mode', 'temperature', 'topP', 'maxTokens', 'timeBudgetMs', 'multiline', 'minConfidence', 'maxLines', 'windowBytes', 'logLevel', 'maxItems', 'acceptanceLog']) {
       const effects = classifyConfigurationChange(affects(`midword.${key}`));
       assert.equal(effects.forwardToServer, true, key);
       assert.equal(effects.restartServer, false, key);

@@ -30,6 +30,8 @@ const SPEC_DEFAULTS = {
   maxTokens: 48,
   timeBudgetMs: 1500,
   multiline: 'auto',
+  minConfidence: 0,
+  maxLines: 0,
   windowBytes: 4096,
   logLevel: 'info',
   maxItems: 3,
@@ -105,6 +107,8 @@ describe('settings -> initializationOptions', () => {
       maxTokens: 128,
       timeBudgetMs: 800,
       multiline: 'never',
+      minConfidence: 0.25,
+      maxLines: 1,
       windowBytes: 8192,
       logLevel: 'debug',
       maxItems: 5,
@@ -165,6 +169,36 @@ describe('settings -> initializationOptions', () => {
       ['debounceMs', true],
       ['contextFiles', 'on'],
       ['contextBytes', -5],
+    ];
+    for (const [key, value] of invalid) {
+      const { options, problems } = buildInitializationOptionsWithProblems((k) => (k === key ? value : undefined));
+      assert.equal(options[key as ServerOptionKey], FALLBACK_OPTIONS[key as ServerOptionKey], key);
+      assert.equal(problems.length, 1, `${key} = ${JSON.stringify(value)}`);
+      assert.match(String(problems[0]), new RegExp(`midword\\.${key} = `));
+    }
+  });
+
+  it('minConfidence takes "auto" or a number in [0, 1); maxLines an integer >= 0 (0 = no limit)', () => {
+    for (const [key, valid] of [
+      ['minConfidence', 'auto'],
+      ['minConfidence', 0],
+      ['minConfidence', 0.99],
+      ['maxLines', 0],
+      ['maxLines', 1],
+      ['maxLines', 40],
+    ] as [string, unknown][]) {
+      const { options, problems } = buildInitializationOptionsWithProblems((k) => (k === key ? valid : undefined));
+      assert.equal(options[key as ServerOptionKey], valid, key);
+      assert.deepEqual(problems, []);
+    }
+    const invalid: [string, unknown][] = [
+      ['minConfidence', 1],
+      ['minConfidence', -0.1],
+      ['minConfidence', 'high'],
+      ['minConfidence', true],
+      ['maxLines', -1],
+      ['maxLines', 1.5],
+      ['maxLines', '2'],
     ];
     for (const [key, value] of invalid) {
       const { options, problems } = buildInitializationOptionsWithProblems((k) => (k === key ? value : undefined));
