@@ -44,10 +44,9 @@ When no candidate extends what was typed, or the candidates hold less than
 --min-mass of the probability (default 0.05), the completion is the unguided one.
 --json then adds "method" ("bytesampler+symbols" when guided), "guided" (bool),
 "reason" (why not guided, else ""), "chosen" (the name or null), "logprob" (its exact
-log-probability, or null), "share" (its probability among the candidates, or null)
-and "mass" (the candidates' total probability). Greedy guidance scores only the names
-that may be the likeliest: "share" is then null and "mass" a lower bound. Guidance
-needs one local model, --method bytesampler and no --suffix.
+log-probability, or null) and "mass" (a lower bound on the candidates' total
+probability: the choice scores only the names it needs). Guidance needs one local
+model, --method bytesampler and no --suffix.
 
 Several prefixes (PREFIX ... and --prefix-file F ..., in that order) need --json
 and print one object per line (JSON Lines), in order. The model loads once and
@@ -88,7 +87,7 @@ COMBINES = (
 )  # engine/sample/ensemble.py COMBINES (not imported: --help stays light)
 PROXY_WEIGHTS = (1.0, 1.0, -1.0)  # base + expert - anti-expert
 # what --json adds for --candidates (engine/sample/guided.py Guided.to_json)
-GUIDED_FIELDS = ("method", "guided", "reason", "chosen", "logprob", "share", "mass")
+GUIDED_FIELDS = ("method", "guided", "reason", "chosen", "logprob", "mass")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -35,12 +35,14 @@ True
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from .candidates import (
+    _DONE,
     END_CONDITIONS,
     CandidateScore,
     Likeliest,
@@ -50,7 +52,7 @@ from .candidates import (
     ending_logprob,
 )
 from .sampling import ByteSampler
-from .transform import NEG_INF, logsumexp
+from .transform import NEG_INF, Transform, logsumexp
 
 __all__ = ["draw_continuation"]
 
@@ -63,25 +65,108 @@ def draw_continuation(
     *,
     rng: np.random.Generator,
     temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
     min_mass: float = 0.0,
     should_stop: Callable[[], bool] | None = None,
 ) -> Likeliest:
-    """A candidate drawn exactly from the scores to the power ``1/temperature`` (see the
-    module docstring), once the candidates are known to hold ``min_mass`` of the
-    probability (`likeliest_continuation` decides it; its bounds are returned, and
-    ``best`` is None when they hold less). The sampler is left at ``prefix``.
+    """A candidate drawn exactly from the scores transformed as `Transform` does (power
+    ``1/temperature``, then top-k, then top-p; see the module docstring), once the
+    candidates are known to hold ``min_mass`` of the probability (`likeliest_continuation`
+    decides it; its bounds are returned, and ``best`` is None when they hold less). With
+    top-k or top-p the candidates are taken best first until the kept ones are certain
+    (`_nucleus`). The sampler is left at ``prefix``.
     """
     if end not in END_CONDITIONS:
         raise ValueError(f"unknown end {end!r}; expected one of {', '.join(END_CONDITIONS)}")
+    Transform(temperature, top_k, top_p)  # checks them
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 to draw, got {temperature}")
     trie = _Trie(sampler, prefix, should_stop)
     decided = _BestFirst(trie, continuations, end).run(min_mass)
     drawn = None
     if decided.best is not None and decided.mass_low >= min_mass:
-        drawn = _Rejection(trie, _Shape(continuations, end), end, 1.0 / temperature).draw(rng)
+        power = 1.0 / temperature
+        if top_k or top_p < 1:
+            kept = _nucleus(_BestFirst(trie, continuations, end), power, top_k, top_p)
+            weights = np.array([power * w for _, w in kept])
+            drawn = _score(trie, end, kept[_pick(weights, rng)][0])
+        else:
+            drawn = _Rejection(trie, _Shape(continuations, end), end, power).draw(rng)
     sampler.reset(prefix)
     return Likeliest(drawn, decided.mass_low, decided.mass_high, len(trie.dists))
+
+
+def _nucleus(
+    search: _BestFirst, power: float, top_k: int, top_p: float
+) -> list[tuple[bytes, float]]:
+    """The candidates `Transform` keeps, best first, with their scores: the first ``top_k``,
+    then those with less than ``top_p`` of the (transformed, renormalized) mass before
+    them. The mass is known within bounds (what `next_done` gave, and a bound on the
+    rest); a candidate is kept or dropped once they decide, else more are taken."""
+    done: list[tuple[bytes, float]] = []
+    while not top_k or len(done) < top_k:
+        if top_p == 1 or top_k:
+            found = search.next_done()
+        else:  # top-p alone: stop at the first one the bounds drop
+            found = _next_kept(search, done, power, top_p)
+        if found is None:
+            break
+        done.append(found)
+    if not top_k or top_p == 1:
+        return done
+    logw = np.array([power * w for _, w in done])
+    return done[: _top_p_count(logw - logsumexp(logw), top_p)]
+
+
+def _next_kept(
+    search: _BestFirst, done: list[tuple[bytes, float]], power: float, top_p: float
+) -> tuple[bytes, float] | None:
+    """The next candidate if top-p keeps it (None: it is dropped, or there is none): kept
+    when the mass before it is under ``top_p`` of the least the total can be, dropped when
+    it is at least ``top_p`` of the most; in between, more candidates tighten the bounds."""
+    before = logsumexp(np.array([power * w for _, w in done]))
+    ahead: list[tuple[bytes, float]] = []  # taken to tighten the bounds, in order
+    while True:
+        taken = logsumexp(np.array([before, *(power * w for _, w in ahead)]))
+        rest = search.rest_bound(power)
+        if ahead and before < math.log(top_p) + taken:
+            _give_back(search, ahead[1:])
+            return ahead[0]
+        if before >= math.log(top_p) + np.logaddexp(taken, rest):
+            return None
+        found = search.next_done()
+        if found is None:
+            if not ahead:
+                return None
+            _give_back(search, ahead[1:])
+            return ahead[0]
+        ahead.append(found)
+
+
+def _give_back(search: _BestFirst, taken: list[tuple[bytes, float]]) -> None:
+    """Put finished candidates back on the search's heap (next_done returns them again)."""
+    for path, score in taken:
+        heapq.heappush(search.heap, (-score, _DONE, search.order[path], path))
+
+
+def _top_p_count(logp: np.ndarray, top_p: float) -> int:
+    """How many of these normalized, decreasing log-probs top-p keeps (those with less than
+    ``top_p`` of the mass strictly before them).
+
+    >>> _top_p_count(np.log(np.array([0.5, 0.3, 0.2])), 0.6)
+    2
+    """
+    p = np.exp(logp)
+    return int(np.count_nonzero(np.cumsum(p) - p < top_p))
+
+
+def _score(trie: _Trie, end: str, path: bytes) -> CandidateScore:
+    reach = trie.reach(path)
+    if end == "none":
+        return CandidateScore(path, reach, reach)
+    after = trie.dist(path)
+    return CandidateScore(path, reach + ending_logprob(after), reach, after)
 
 
 class _Rejection:
@@ -99,7 +184,7 @@ class _Rejection:
         while self.sums.get(b"", 0.0) > NEG_INF:
             path = self._round(rng)
             if path is not None:
-                return self._score(path)
+                return _score(self.trie, self.end, path)
         return None
 
     def _round(self, rng: np.random.Generator) -> bytes | None:
@@ -152,13 +237,6 @@ class _Rejection:
 
     def _kids(self, path: bytes) -> list[bytes]:
         return [path + bytes([b]) for b in sorted(self.shape.children.get(path, ()))]
-
-    def _score(self, path: bytes) -> CandidateScore:
-        reach = self.trie.reach(path)
-        if self.end == "none":
-            return CandidateScore(path, reach, reach)
-        after = self.trie.dist(path)
-        return CandidateScore(path, reach + ending_logprob(after), reach, after)
 
 
 def _pick(logw: np.ndarray, rng: np.random.Generator) -> int:

@@ -326,6 +326,28 @@ class _BestFirst:
             return self.shape.below[path]  # its own score is an entry of its own
         return self.shape.many(path)  # its own is pushed when it is expanded
 
+    def next_done(self) -> tuple[bytes, float] | None:
+        """The next candidate in decreasing order of score, with its score (None after the
+        last): nodes are expanded until a finished candidate tops the heap."""
+        while self.heap:
+            key, kind, _, path = heapq.heappop(self.heap)
+            if kind == _DONE:
+                return path, -key
+            self._expand(path)
+        return None
+
+    def rest_bound(self, power: float) -> float:
+        """log of a bound on the sum of the scores to the power ``power`` of the candidates
+        not yet returned by `next_done` (see candidate_draws.py for each case)."""
+        bounds = [NEG_INF]
+        for key, kind, _, path in self.heap:
+            if kind == _DONE or not self.shape.disjoint:
+                bounds.append(math.log(self._stands_for(kind, path)) - power * key)
+            else:  # names that end below are different texts: Hölder's inequality under 1
+                many = 0.0 if power >= 1 else (1 - power) * math.log(self.shape.many(path))
+                bounds.append(many - power * key)
+        return logsumexp(np.array(bounds))
+
     def run(self, min_mass: float) -> Likeliest:
         best: tuple[bytes, float] | None = None
         while self.heap and not self._decided(best is not None, min_mass):

@@ -6,10 +6,12 @@ Given a byte prefix that may end inside a name (``self.assertEq``) and candidate
 (``assertEqual``, ``assertEquals``, ``assertIn``, ...):
 
 1. the name typed so far is the identifier at the end of the prefix (`typed_identifier`);
-   the candidates that extend it are scored exactly (`score_continuations`), by default
-   with the name ending after them (``end="identifier"``);
-2. one is chosen from their renormalized probabilities, with the temperature, top-k and
-   top-p of the `Settings` (greedy: the likeliest);
+   the candidates that extend it are the ones whose exact scores count
+   (`score_continuations`'s), by default with the name ending after them
+   (``end="identifier"``);
+2. one is chosen from their renormalized scores, with the temperature, top-k and top-p of
+   the `Settings` (greedy: the likeliest), scoring only the names the choice needs
+   (`likeliest_continuation`, `draw_continuation`: a search of their byte trie);
 3. with ``end="identifier"``, the byte after the name is drawn from the exact next-byte
    distribution restricted to the bytes that end a name and the end of text (the same
    transform); the completion then goes on with `Completer.complete` from the prefix, the
@@ -21,9 +23,9 @@ what was typed or the candidates together hold less than ``min_mass`` of the pro
 (the model wants something else there: a keyword, a new name, an expression). The caller
 then gets no completion, or with ``fallback=True`` the unguided one.
 
-With ``end="identifier"`` the candidates are disjoint events (different names that end
-where they end), so their probabilities add up to at most one; with ``end="none"`` a name
-that extends another (``assertEquals``, ``assertEqual``) also counts in the shorter one's.
+With ``end="identifier"`` names are different texts (``assertEqual`` ended is not
+``assertEquals``), so their probabilities add up to at most one; with ``end="none"`` a name
+that extends another also counts in the shorter one's.
 A fill-in-the-middle completer guides the same way: move it to the cursor
 (`FimCompleter.move_to`) and pass its ``completer`` with the bytes it covers, and the
 name typed at the end of the prefix (a template whose middle starts a token segment of
@@ -55,7 +57,6 @@ from .candidates import (
     ENDING_BYTES,
     CandidateScore,
     likeliest_continuation,
-    score_continuations,
     typed_identifier,
 )
 from .generate import Completer, Completion, Cut, Settings, StopCheck
@@ -75,11 +76,9 @@ class Guided:
     """A guided completion, or why there is none (``reason``, empty when guided).
 
     ``chosen`` is the candidate name; ``logprob`` its exact log-probability given the
-    prefix (under the end condition); ``share`` its probability among the candidates;
-    ``mass`` the candidates' total probability. A greedy choice, or a draw at a temperature
-    without top-k and top-p, scores only what it needs (`likeliest_continuation`,
-    `draw_continuation`): ``mass`` is then a lower bound (at least ``min_mass``) and
-    ``share`` None. ``method`` is `GUIDED_METHOD` when guided, else the settings' method
+    prefix (under the end condition); ``mass`` a lower bound on the candidates' total
+    probability (at least ``min_mass``): the choice scores only the names it needs
+    (`likeliest_continuation`, `draw_continuation`), not all of them. ``method`` is `GUIDED_METHOD` when guided, else the settings' method
     (the unguided completion when ``fallback`` asked for it)."""
 
     completion: Completion | None
@@ -87,7 +86,6 @@ class Guided:
     reason: str = ""
     chosen: str | None = None
     logprob: float | None = None
-    share: float | None = None
     mass: float = 0.0
 
     @property
@@ -98,7 +96,7 @@ class Guided:
         """`Completion.to_json` and what guided it."""
         out = self.completion.to_json() if self.completion is not None else {"completion": None}
         out.update(method=self.method, guided=self.guided, reason=self.reason)
-        out.update(chosen=self.chosen, logprob=self.logprob, share=self.share, mass=self.mass)
+        out.update(chosen=self.chosen, logprob=self.logprob, mass=self.mass)
         return out
 
 
@@ -136,13 +134,10 @@ def complete_guided(
         return _unguided(completer, prefix, settings, reason, fallback, should_stop, cut, deadline)
     rng = np.random.default_rng(settings.seed)
     args = (completer.sampler, prefix, list(rests), end)
-    transform = settings.transform
-    if transform.is_greedy:
+    if settings.transform.is_greedy:
         pick = _likeliest(*args, min_mass, should_stop)
-    elif transform.top_k == 0 and transform.top_p == 1:  # a temperature alone: drawn lazily
-        pick = _drawn(*args, min_mass, should_stop, transform.temperature, rng)
     else:
-        pick = _sampled(*args, min_mass, should_stop, transform, rng)
+        pick = _drawn(*args, min_mass, should_stop, settings.transform, rng)
     if isinstance(pick, str):
         return _unguided(completer, prefix, settings, pick, fallback, should_stop, cut, deadline)
     head, ended = _after_name(pick.chosen, end, settings, rng)
@@ -150,14 +145,13 @@ def complete_guided(
     completion.seconds = time.perf_counter() - started  # the scoring counts too
     chosen = pick.chosen
     name = rests[chosen.continuation]
-    return Guided(completion, GUIDED_METHOD, "", name, chosen.logprob, pick.share, pick.mass)
+    return Guided(completion, GUIDED_METHOD, "", name, chosen.logprob, pick.mass)
 
 
 @dataclass(frozen=True)
 class _Pick:
     chosen: CandidateScore
-    share: float | None  # its probability among the candidates (None: not computed)
-    mass: float  # the candidates' total probability (or a lower bound on it)
+    mass: float  # a lower bound on the candidates' total probability, at least min_mass
 
 
 def _too_little(mass: float, min_mass: float, at_most: bool = False) -> str:
@@ -175,13 +169,13 @@ def _likeliest(
     should_stop: StopCheck | None,
 ) -> _Pick | str:
     """Greedy: the likeliest candidate by best-first search (only the trie nodes that may
-    hold it are scored); the mass is a lower bound, the share unknown."""
+    hold it are scored); the mass is a lower bound."""
     found = likeliest_continuation(
         sampler, prefix, rests, end, min_mass=min_mass, should_stop=should_stop
     )
     if found.best is None or found.mass_high < min_mass or not found.mass_high:
         return _too_little(found.mass_high, min_mass, at_most=True)
-    return _Pick(found.best, None, found.mass_low)
+    return _Pick(found.best, found.mass_low)
 
 
 def _drawn(
@@ -191,46 +185,26 @@ def _drawn(
     end: str,
     min_mass: float,
     should_stop: StopCheck | None,
-    temperature: float,
+    transform: Transform,
     rng: np.random.Generator,
 ) -> _Pick | str:
-    """A candidate drawn exactly at ``temperature`` by rejection over the trie (only what
-    the draw needs is scored); the mass is a lower bound, the share unknown."""
+    """A candidate drawn exactly under ``transform`` (`draw_continuation`: only what the
+    draw needs is scored); the mass is a lower bound."""
     found = draw_continuation(
         sampler,
         prefix,
         rests,
         end,
         rng=rng,
-        temperature=temperature,
+        temperature=transform.temperature,
+        top_k=transform.top_k,
+        top_p=transform.top_p,
         min_mass=min_mass,
         should_stop=should_stop,
     )
     if found.best is None or not found.mass_high:
         return _too_little(found.mass_high, min_mass, at_most=True)
-    return _Pick(found.best, None, found.mass_low)
-
-
-def _sampled(
-    sampler: ByteSampler,
-    prefix: bytes,
-    rests: list[bytes],
-    end: str,
-    min_mass: float,
-    should_stop: StopCheck | None,
-    transform: Transform,
-    rng: np.random.Generator,
-) -> _Pick | str:
-    """A candidate drawn from every candidate's exact score, renormalized and transformed
-    (top-k and top-p need them all)."""
-    scores = score_continuations(sampler, prefix, rests, end, should_stop=should_stop)
-    logps = np.array([s.logprob for s in scores])
-    total = logsumexp(logps)
-    mass = float(np.exp(total)) if total > NEG_INF else 0.0
-    if not mass or mass < min_mass:
-        return _too_little(mass, min_mass)
-    chosen = scores[_draw(logps - total, transform, rng)]
-    return _Pick(chosen, float(np.exp(chosen.logprob - total)), mass)
+    return _Pick(found.best, found.mass_low)
 
 
 def _after_name(

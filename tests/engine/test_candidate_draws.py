@@ -9,13 +9,15 @@ import math
 
 import numpy as np
 import pytest
-from midword.engine.sample.candidate_draws import _Rejection, draw_continuation
+from midword.engine.sample.candidate_draws import _nucleus, _Rejection, draw_continuation
 from midword.engine.sample.candidates import (
+    _BestFirst,
     _Shape,
     _Trie,
     likeliest_continuation,
     score_continuations,
 )
+from midword.engine.sample.transform import Transform
 
 from .test_candidates import _Setup
 
@@ -89,3 +91,45 @@ def test_mass_bounds_hold_for_nested_names(setup: _Setup, conts: list[bytes], en
     for min_mass in (0.0, total * 0.9, total * 1.1, 1.0):
         found = likeliest_continuation(setup.sampler, PREFIX, conts, end, min_mass=min_mass)
         assert found.mass_low - 1e-12 <= total <= found.mass_high + 1e-12, (min_mass, found)
+
+
+TRANSFORMS = [  # (temperature, top_k, top_p)
+    (1.0, 0, 0.5),
+    (1.0, 0, 0.9),
+    (0.5, 0, 0.8),
+    (2.0, 0, 0.95),
+    (1.0, 2, 1.0),
+    (0.7, 3, 0.6),
+    (1.0, 0, 1e-9),
+]
+
+
+@pytest.mark.parametrize(("conts", "end"), CASES)
+@pytest.mark.parametrize(("temperature", "top_k", "top_p"), TRANSFORMS)
+def test_the_nucleus_is_the_transforms(
+    setup: _Setup, conts: list[bytes], end: str, temperature: float, top_k: int, top_p: float
+) -> None:
+    """The candidates kept best first are those `Transform` keeps of all the exact scores."""
+    scores = score_continuations(setup.sampler, PREFIX, conts, end)
+    kept = Transform(temperature, top_k, top_p).apply(np.array([s.logprob for s in scores]))
+    want = {c for c, lp in zip(conts, kept, strict=True) if lp > float("-inf")}
+    trie = _Trie(setup.sampler, PREFIX, None)
+    search = _BestFirst(trie, conts, end)
+    got = _nucleus(search, 1.0 / temperature, top_k, top_p)
+    assert {path for path, _ in got} == want
+    assert [w for _, w in got] == sorted((w for _, w in got), reverse=True)
+
+
+def test_nucleus_draws_follow_the_transform(setup: _Setup) -> None:
+    conts, end = CASES[0]
+    scores = score_continuations(setup.sampler, PREFIX, conts, end)
+    want = np.exp(Transform(0.8, 0, 0.9).apply(np.array([s.logprob for s in scores])))
+    rng = np.random.default_rng(5)
+    drawn = [
+        draw_continuation(
+            setup.sampler, PREFIX, conts, end, rng=rng, temperature=0.8, top_p=0.9
+        ).best.continuation
+        for _ in range(600)
+    ]
+    freq = np.array([drawn.count(c) for c in conts]) / len(drawn)
+    assert np.allclose(freq, want, atol=0.06), (freq.round(3), want.round(3))

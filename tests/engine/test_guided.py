@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from midword.engine.sample.candidates import score_continuations
 from midword.engine.sample.generate import Completer, Settings
 from midword.engine.sample.guided import GUIDED_METHOD, _draw, complete_guided
 from midword.engine.sample.sampling import ByteSampler
@@ -17,6 +18,11 @@ from .test_candidates import ENDING, _Setup
 PREFIX = b"    self.assertEq"
 NAMES = ["assertEqual", "assertEquals", "assertEqualsAny", "assertIn", "assertEqualx"]
 GREEDY = Settings(max_tokens=4)
+SETTINGS = [  # greedy, a temperature, top-p
+    GREEDY,
+    Settings(max_tokens=4, temperature=0.7, seed=2),
+    Settings(max_tokens=4, temperature=0.7, top_p=0.9, seed=2),
+]
 
 
 @pytest.fixture(scope="module")
@@ -77,23 +83,17 @@ def test_the_text_after_the_name_is_the_unguided_completion(completer: Completer
 
 
 def test_scores_in_the_result(setup: _Setup, completer: Completer) -> None:
-    """Sampled: the chosen name's exact score, its share and the candidates' mass; greedy
-    scores only what it needs: the same score, a lower bound on the mass, no share."""
+    """The chosen name's exact score, and a lower bound on the candidates' mass (the
+    choice scores only the names it needs), greedy and drawn."""
     fits = [n for n in NAMES if n.startswith("assertEq")]
     brute = {n: setup.brute(PREFIX, n.encode()[8:], "identifier") for n in fits}
     mass = sum(np.exp(v) for v in brute.values())
-    every = Settings(max_tokens=2, temperature=1.0, top_k=len(NAMES))  # top-k: all scored
-    sampled = complete_guided(completer, PREFIX, NAMES, every)
-    assert abs(sampled.logprob - brute[sampled.chosen]) < 1e-9
-    assert abs(sampled.mass - mass) < 1e-9
-    assert abs(sampled.share - np.exp(brute[sampled.chosen]) / mass) < 1e-9
-    for lazy in (GREEDY, Settings(max_tokens=2, temperature=0.8, seed=3)):
-        guided = complete_guided(completer, PREFIX, NAMES, lazy)
+    for settings in SETTINGS:
+        guided = complete_guided(completer, PREFIX, NAMES, settings)
         assert abs(guided.logprob - brute[guided.chosen]) < 1e-9
-        assert 0.05 <= guided.mass <= mass + 1e-9 and guided.share is None
-    greedy = complete_guided(completer, PREFIX, NAMES, GREEDY)
-    assert greedy.to_json()["chosen"] == greedy.chosen
-    assert greedy.to_json()["method"] == GUIDED_METHOD
+        assert 0.05 <= guided.mass <= mass + 1e-9
+        assert guided.to_json()["chosen"] == guided.chosen
+        assert guided.to_json()["method"] == GUIDED_METHOD
 
 
 def test_stop_strings_see_the_name(completer: Completer) -> None:
@@ -118,25 +118,18 @@ def test_no_candidate_extends_what_was_typed(completer: Completer) -> None:
     assert fallback.completion.text == completer.complete(PREFIX, GREEDY).text
 
 
-SETTINGS = [  # greedy, a temperature (both lazy), top-p (every name scored)
-    GREEDY,
-    Settings(max_tokens=4, temperature=0.7, seed=2),
-    Settings(max_tokens=4, temperature=0.7, top_p=0.9, seed=2),
-]
-
-
 @pytest.mark.parametrize("settings", SETTINGS)
 def test_too_little_mass_falls_back(completer: Completer, settings: Settings) -> None:
     """Just over the candidates' mass: not guided (the lazy searches prove it without
     scoring every name); just under: guided."""
-    scored_all = Settings(max_tokens=1, temperature=1.0, top_k=len(NAMES))
-    every = complete_guided(completer, PREFIX, NAMES, scored_all)
-    higher = every.mass * 1.01
-    weak = complete_guided(completer, PREFIX, NAMES, settings, min_mass=higher, fallback=True)
+    rests = [n.encode()[8:] for n in NAMES if n.startswith("assertEq")]
+    scores = score_continuations(completer.sampler, PREFIX, rests, "identifier")
+    mass = sum(np.exp(s.logprob) for s in scores)
+    weak = complete_guided(completer, PREFIX, NAMES, settings, min_mass=mass * 1.01, fallback=True)
     assert not weak.guided and "of the probability, under" in weak.reason
     assert weak.completion.text == completer.complete(PREFIX, settings).text
-    kept = complete_guided(completer, PREFIX, NAMES, settings, min_mass=every.mass * 0.99)
-    assert kept.guided and kept.mass >= every.mass * 0.99
+    kept = complete_guided(completer, PREFIX, NAMES, settings, min_mass=mass * 0.99)
+    assert kept.guided and kept.mass >= mass * 0.99
 
 
 def test_only_bytesampler_is_guided(completer: Completer) -> None:
@@ -190,7 +183,7 @@ def test_fill_in_the_middle_guides_at_the_cursor(setup: _Setup, template: str) -
     """A FIM completer moved to the cursor: the likeliest name by the exact scores of the
     middle (the prefix covered with qwen-spm, in the context with qwen, so the typed part
     is passed), then the middle's own completion after the name and its ending byte."""
-    from midword.engine.sample.candidates import score_continuations, typed_identifier
+    from midword.engine.sample.candidates import typed_identifier
     from midword.engine.sample.fim import TEMPLATES, FimCompleter
 
     fim = FimCompleter(setup.sampler.model, setup.engine, TEMPLATES[template])
