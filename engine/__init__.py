@@ -82,6 +82,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "model.files": ("prepare_model", "stderr_progress"),
     "sample.sampling": ("ByteSampler",),
     "sample.transform": ("Transform",),
+    "sample.confidence": ("AUTO_MIN_CONFIDENCE", "confidence_cut", "min_logprob"),
     "sample.generate": (
         "Completer",
         "Completion",

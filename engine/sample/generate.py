@@ -70,6 +70,9 @@ class Settings:
     stop: tuple[str, ...] = field(default_factory=tuple)
     # never end at an end-of-text event (fixed-length runs, like generate(min_new_tokens=n))
     ignore_eos: bool = False
+    # stop once the completion's log-probability (Completion.spans) falls below this:
+    # engine/sample/confidence.py then cuts it back to a word boundary above it
+    min_logprob: float = NEG_INF
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -105,7 +108,11 @@ class Completion:
     leaf_logprob: float | None
     tokens: int
     seconds: float
-    stop_reason: str  # "eos", "stop", "cut", "time", "max_tokens" or "max_bytes"
+    stop_reason: str  # "eos", "stop", "cut", "time", "max_tokens", "max_bytes", "confidence"
+    # per step (the leaf, then each token; in byte mode each byte): (end byte of its text
+    # in ``data``, its log-probability given all before it under the model, None where
+    # unknown); engine/sample/confidence.py reads them
+    spans: tuple[tuple[int, float | None], ...] = ()
 
     def to_json(self) -> dict:
         """The public ``midword complete --json`` object."""
@@ -173,6 +180,8 @@ class _Output:
         self.should_stop = should_stop
         self.cut = cut
         self.deadline = deadline
+        self.spans: list[tuple[int, float | None]] = []
+        self.logprob: float | None = 0.0  # the sum of the spans' (None: unknown)
 
     def before_step(self) -> bool:
         """Called before each model call: raises Interrupted, or True when time is up."""
@@ -183,9 +192,11 @@ class _Output:
             return True
         return False
 
-    def add(self, data: bytes) -> bool:
-        """Append; True when generation must stop."""
+    def add(self, data: bytes, logprob: float | None = None) -> bool:
+        """Append one step's text and its log-probability; True when generation must stop."""
         self.data.extend(data)
+        self.spans.append((len(self.data), logprob))
+        self.logprob = None if self.logprob is None or logprob is None else self.logprob + logprob
         text = self.data.decode("utf-8", errors="ignore")
         cuts = [text.find(s) for s in self.settings.stop if s and s in text]
         if cuts:
@@ -200,12 +211,27 @@ class _Output:
         if len(self.data) >= self.settings.byte_budget and self.settings.mode == "bytes":
             self.reason = "max_bytes"
             return True
+        if self.logprob is not None and self.logprob < self.settings.min_logprob:
+            self.reason = "confidence"
+            return True
         return False
 
     def result(self, leaf_lp: float | None, tokens: int, started: float) -> Completion:
         data = bytes(self.data)
         text = data.decode("utf-8", errors="ignore")
-        return Completion(text, data, leaf_lp, tokens, time.perf_counter() - started, self.reason)
+        seconds = time.perf_counter() - started
+        return Completion(text, data, leaf_lp, tokens, seconds, self.reason, self._spans())
+
+    def _spans(self) -> tuple[tuple[int, float | None], ...]:
+        """The steps' spans within the text kept (a stop or cut may end it inside one)."""
+        kept: list[tuple[int, float | None]] = []
+        start = 0
+        for end, logprob in self.spans:
+            if start >= len(self.data) and kept:
+                break
+            kept.append((min(end, len(self.data)), logprob))
+            start = end
+        return tuple(kept)
 
 
 class Completer:
@@ -291,7 +317,7 @@ class Completer:
         if seq[-1] in self._special:
             out.reason = "eos"
             return out.result(leaf_lp, 1, started)
-        if out.add(self.tok.decode(seq)[tree.rest :]):
+        if out.add(self.tok.decode(seq)[tree.rest :], leaf_lp):
             return out.result(leaf_lp, 1, started)
         tokens = self._generate(list(tree.trunk) + list(seq), s, rng, out, budget=s.max_tokens - 1)
         return out.result(leaf_lp, 1 + tokens, started)
@@ -345,7 +371,7 @@ class Completer:
                 out.reason = "eos"
                 return made
             context.append(t)
-            if out.add(self.tok.token_bytes[t] or b""):
+            if out.add(self.tok.token_bytes[t] or b"", float(row[t])):
                 return made
         out.reason = out.reason or "max_tokens"
         return made
@@ -362,15 +388,17 @@ class Completer:
             dist = self.sampler.next_bytes(token_level).normalized()  # [257]
             if s.ignore_eos:
                 dist[256] = NEG_INF
+            model = dist  # the model's own when ``plain`` (token_level is the identity)
             if s.level == "byte" and not s.transform.is_greedy:
                 dist = s.transform.apply(dist)
             b = _pick(dist, s.transform.is_greedy, rng)
+            exact = float(model[b]) if plain else None
             if b == 256:
                 out.reason = "eos"
                 break
             self.sampler.push(bytes([b]))
             made += 1
-            if out.add(bytes([b])):
+            if out.add(bytes([b]), exact):
                 break
         return out.result(None, made, started)
 
