@@ -349,9 +349,10 @@ class Controller:
         return kept[2]
 
     def _make_settings(self, items: int) -> list[Settings]:
-        from midword.engine import Settings
+        from midword.engine import Settings, min_logprob
 
         o = self.options
+        threshold = min_logprob(o.min_confidence)
         first = Settings(
             method=o.method,
             mode=o.mode,
@@ -359,6 +360,9 @@ class Controller:
             temperature=o.temperature,
             top_p=o.top_p,
             seed=0,
+            min_logprob=threshold,
+            # a confidence needs the leaf's share, which the lazy solve does not sum
+            solve="tree" if threshold > -math.inf else "lazy",
         )
         if items == 1:
             return [first]

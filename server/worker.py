@@ -441,7 +441,9 @@ class ModelHost:
                 answer.reason = f"cannot complete here: {exc}"
                 return
             post = time.perf_counter()
-            text = clean_completion(result.text, req.scope, req.indent_unit)
+            text = clean_completion(
+                _confident(result, settings, answer), req.scope, req.indent_unit
+            )
             answer.post_ms += _ms(post)
             if answer.leaf_prob is None and result.leaf_logprob is not None:
                 answer.leaf_prob = float(_exp(result.leaf_logprob))
@@ -455,6 +457,26 @@ class ModelHost:
             watcher.stop()
         self._worker.shutdown()
         thaw_heap()
+
+
+def _confident(result: Any, settings: Settings, answer: Answer) -> str:
+    """The completion's text up to where its exact probability falls below the
+    ``minConfidence`` threshold (engine/sample/confidence.py: at a word or line boundary).
+    Nothing left, when the first word is already below it: the answer's reason says so
+    (the server stays silent, logged at debug level)."""
+    from midword.engine import confidence_cut
+
+    end = confidence_cut(result.data, result.spans, settings.min_logprob)
+    if end >= len(result.data):
+        return result.text
+    kept = result.data[:end].decode("utf-8", errors="ignore")
+    if not kept.strip():
+        answer.reason = (
+            f"silent: the first word's probability is below minConfidence "
+            f"({_exp(settings.min_logprob):.3g})"
+        )
+        log.debug("%s", answer.reason)
+    return kept
 
 
 def _set_suffix(document: LiveDocument, suffix: bytes) -> bool:
