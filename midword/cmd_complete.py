@@ -48,6 +48,15 @@ log-probability, or null) and "mass" (a lower bound on the candidates' total
 probability: the choice scores only the names it needs). Guidance needs one local
 model, --method bytesampler and no --suffix.
 
+--max-lines N keeps at most N lines of the completion (1: the rest of the prefix's
+line only; 0, the default: no limit). --min-confidence P cuts it where the model's
+exact probability of it falls below P, at a word or line boundary (whole words whose end
+is still at least P are kept; a first word below P leaves nothing), as the language
+server's minConfidence does (docs/editors.md, "Suggestion length"); "auto" is 0.1. It
+makes PBP mode solve the whole tree (the leaf's probability is needed), and generation
+stops once the probability is below P. The cut is applied to "completion" and
+"completion_hex"; "tokens" counts what was generated.
+
 Several prefixes (PREFIX ... and --prefix-file F ..., in that order) need --json
 and print one object per line (JSON Lines), in order. The model loads once and
 keeps its cache from one prefix to the next; each completion is the one a run of
@@ -60,11 +69,13 @@ Examples:
   midword complete --temperature 0.8 --top-p 0.95 --seed 1 'import nump'
   midword complete --suffix $'\n    return total\n' $'def add(a, b):\n    tot'
   midword complete --candidate assertEqual --candidate assertIn '    self.assertEq'
+  midword complete --max-lines 1 --min-confidence 0.2 'def main(argv):'
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -161,6 +172,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop before this text (repeatable)",
     )
     parser.add_argument(
+        "--max-lines",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep at most N lines of the completion (default 0: no limit; 1: one line)",
+    )
+    parser.add_argument(
+        "--min-confidence",
+        type=_confidence,
+        default=0.0,
+        metavar="P",
+        help="cut where the completion's exact probability falls below P, at a word "
+        'boundary (0 <= P < 1, or "auto" = 0.1; default 0: off)',
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print one JSON object per prefix (see above)"
     )
     add_ensemble_arguments(parser)
@@ -215,7 +241,46 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _confidence(value: str) -> float | str:
+    """``--min-confidence``: "auto" or a number in [0, 1)."""
+    if value == "auto":
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number < 1.0:
+        raise argparse.ArgumentTypeError(f'expected "auto" or a number in [0, 1), got {value!r}')
+    return number
+
+
+def shaped(result: Any, max_lines: int, threshold: float) -> Any:
+    """The completion cut by ``--min-confidence`` (its log-probability ``threshold``, by
+    engine/sample/confidence.py) and then to ``max_lines`` lines (0: no limit).
+
+    >>> from midword.engine import Completion
+    >>> done = Completion("a = 1\\nb = 2", b"a = 1\\nb = 2", None, 4, 0.0, "eos")
+    >>> shaped(done, 1, float("-inf")).text
+    'a = 1'
+    """
+    from dataclasses import replace
+
+    from midword.engine import confidence_cut
+
+    end = confidence_cut(result.data, result.spans, threshold)
+    if max_lines:
+        breaks = [i for i, b in enumerate(result.data[:end]) if b == 0x0A]
+        end = breaks[max_lines - 1] if len(breaks) >= max_lines else end
+    if end >= len(result.data):
+        return result
+    data = result.data[:end]
+    return replace(result, data=data, text=data.decode("utf-8", errors="ignore"))
+
+
 def _print_result(args: argparse.Namespace, result: Any, extra: dict | None = None) -> None:
+    from midword.engine import min_logprob
+
+    result = shaped(result, args.max_lines, min_logprob(args.min_confidence))
     if args.json:
         print_json({**result.to_json(), "completion_hex": result.data.hex(), **(extra or {})})
     else:
@@ -249,7 +314,7 @@ def run_guided(
 
 def make_settings(args: argparse.Namespace, ensemble: bool) -> Any:
     """Settings from the options; an ensemble samples bytes, transforms at byte level."""
-    from midword.engine import Settings
+    from midword.engine import Settings, min_logprob
 
     if ensemble:
         for name, value, allowed in (
@@ -259,6 +324,9 @@ def make_settings(args: argparse.Namespace, ensemble: bool) -> Any:
         ):
             if value not in (None, allowed):
                 raise CommandError(f"ensembles need {name} {allowed} (they sample byte by byte)")
+    if args.max_lines < 0:
+        raise CommandError("--max-lines must be >= 0")
+    threshold = min_logprob(args.min_confidence)
     try:
         return Settings(
             method=args.method,
@@ -269,9 +337,11 @@ def make_settings(args: argparse.Namespace, ensemble: bool) -> Any:
             top_k=args.top_k,
             top_p=args.top_p,
             level=args.level or ("byte" if ensemble else "token"),
-            solve=args.solve,
+            # a confidence needs the leaf's probability, which the lazy solve leaves out
+            solve="tree" if threshold > -math.inf else args.solve,
             seed=args.seed,
-            stop=tuple(args.stop),
+            stop=tuple(args.stop) + (("\n",) if args.max_lines == 1 else ()),
+            min_logprob=threshold,
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
