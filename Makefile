@@ -91,8 +91,16 @@ bench-tail:  ## covering tree's tail per key: 20/60/200-byte open pre-tokens (id
 	$(PY) benchmarks/bench_tail.py
 
 .PHONY: bench-editor-path
-bench-editor-path:  ## issue 21: keystroke -> inline item over stdio on the default model (2,000-line file, 16 tokens) vs plain generate()
+bench-editor-path:  ## keystroke -> inline item over stdio on the default model (2,000-line file, 16 tokens): midword on llama.cpp and on torch, naive llama.cpp and plain generate()
 	$(PY) benchmarks/bench_editor_path.py
+
+.PHONY: bench-llamacpp-decode
+bench-llamacpp-decode:  ## midword's token loop on llama.cpp vs llama-cpp-python's own greedy loop, on the default model's file
+	$(PY) benchmarks/bench_llamacpp_decode.py
+
+.PHONY: bench-gguf-real-size
+bench-gguf-real-size:  ## a random GGUF at Qwen2.5-Coder-1.5B's shape through midword serve on llama.cpp and torch: load, RSS, first completion, keys
+	$(PY) benchmarks/bench_gguf_real_size.py
 
 .PHONY: bench-soak
 bench-soak:  ## busy editor: 40 buffers, ~1000 edits/s, a request every 50 ms for 5 min (latency, errors, RSS over time)
