@@ -119,5 +119,10 @@ def load_scoring_model(
         return LoadedModel(model, str(name), choice)
     from .hf_loading import load_hf_model
 
+    if Path(name).expanduser().is_file() and not is_gguf_file(name):  # a wheel, an archive
+        raise BackendError(
+            f"{name} is a file but not a GGUF model file (it does not start with GGUF's "
+            "header): give a .gguf file or a model folder"
+        )
     source = prepare_model(name, device=device, dtype=dtype, progress=progress)
     return LoadedModel(load_hf_model(source, device=device, dtype=dtype), source, choice)

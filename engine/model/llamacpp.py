@@ -91,9 +91,23 @@ def _log_line(level: int, text: bytes | None, user_data: Any) -> None:
 
 
 def _take_error() -> str:
-    """llama.cpp's last error line since the previous call ('' if none)."""
+    """llama.cpp's reason for its last failure since the previous call ('' if none): the
+    line that says why a model did not load (its last line only says that it did not),
+    without the C function's name in front.
+
+    >>> _Runtime.last_error[:] = ["llama_model_load: error loading model: unknown model "
+    ...     "architecture: 'qwenZ'", "llama_model_load_from_file_impl: failed to load model"]
+    >>> _take_error()
+    "unknown model architecture: 'qwenZ'"
+    """
     lines, _Runtime.last_error[:] = list(_Runtime.last_error), []
-    return lines[-1] if lines else ""
+    for line in reversed(lines):
+        if "error loading model: " in line:
+            return line.split("error loading model: ", 1)[1]
+    if not lines:
+        return ""
+    head, sep, rest = lines[-1].partition(": ")
+    return rest if sep and " " not in head else lines[-1]
 
 
 @dataclass(frozen=True)

@@ -43,15 +43,22 @@ _LAYER = {  # GGUF tensor -> (rows, columns) as functions of the shape; None: a 
 
 
 def write_qwen2_gguf(
-    path: str | Path, shape: dict[str, Any], tokenizer_json: str | Path, qtype: str, seed: int = 0
+    path: str | Path,
+    shape: dict[str, Any],
+    tokenizer_json: str | Path,
+    qtype: str,
+    seed: int = 0,
+    pre: str = "qwen2",
 ) -> int:
-    """Write the file; returns its size in bytes. Weights are N(0, 0.02), norms around 1."""
+    """Write the file; returns its size in bytes. Weights are N(0, 0.02), norms around 1;
+    ``pre`` is the ``tokenizer.ggml.pre`` value (the pre-tokenizer llama.cpp picks)."""
     import gguf
 
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "qwen2")
     _write_hparams(w, shape)
-    _write_tokenizer(w, json.loads(Path(tokenizer_json).read_text(encoding="utf-8")), shape)
+    spec = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))
+    _write_tokenizer(w, spec, shape, pre)
     dims = _dims(shape)
     _add(w, "token_embd.weight", _normal(rng, (shape["vocab_size"], dims["hidden"])), qtype)
     for layer in range(shape["num_hidden_layers"]):
@@ -92,7 +99,7 @@ def _write_hparams(w: Any, shape: dict[str, Any]) -> None:
     w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
 
 
-def _write_tokenizer(w: Any, spec: dict[str, Any], shape: dict[str, Any]) -> None:
+def _write_tokenizer(w: Any, spec: dict[str, Any], shape: dict[str, Any], pre: str) -> None:
     """tokenizer.ggml.*: tokens by id up to the model's vocabulary (gaps as UNUSED
     ``[PAD<id>]``), special added tokens as CONTROL, others USER_DEFINED, merges 'a b'."""
     by_id = {i: (t, NORMAL) for t, i in spec["model"]["vocab"].items()}
@@ -101,7 +108,7 @@ def _write_tokenizer(w: Any, spec: dict[str, Any], shape: dict[str, Any]) -> Non
     size = max(shape["vocab_size"], max(by_id) + 1)
     tokens = [by_id.get(i, (f"[PAD{i}]", UNUSED)) for i in range(size)]
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
+    w.add_tokenizer_pre(pre)
     w.add_token_list([t for t, _ in tokens])
     w.add_token_types([k for _, k in tokens])
     w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]])
