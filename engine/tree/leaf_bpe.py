@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..tokenize.bpe import BPETokenizer
-from ..tokenize.pretok import ClassMachine
+from ..tokenize.class_machine import ClassMachine
 from .completions import Completions
 from .utf8 import ENDING_INDEX, PROBE_ENDINGS, PROBES, complete_head, nfc_boundary, split_lenient
 

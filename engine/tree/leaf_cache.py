@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..disk_arrays import load_intact
-from ..tokenize.pretok import ClassMachine
+from ..tokenize.class_machine import ClassMachine
 from .leaf_bits import _PROBES_KEY, _WORDS
 from .utf8 import PROBES
 

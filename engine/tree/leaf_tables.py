@@ -3,7 +3,7 @@ per-token tables cached on disk beside the tokenizer's normal form.
 
 The covering tree's nodes at a character boundary ask, for every token, "may this
 token be the next one of a covering sequence?". Where the pre-tokenizer is one
-pattern the :class:`~midword.engine.tokenize.pretok.ClassMachine` models, the answer depends on
+pattern the :class:`~midword.engine.tokenize.class_machine.ClassMachine` models, the answer depends on
 the region only through the machine state it leaves (:func:`scan_configs`), so the
 verdicts are a few vector operations per tree.
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..disk_arrays import save_arrays
 from ..tokenize.bpe import BPETokenizer
-from ..tokenize.pretok import END, ClassMachine
+from ..tokenize.class_machine import END, ClassMachine
 from .completions import Completions
 from .leaf_bits import _WORDS, _Y_OFFSET, _ZERO, _get_bits, _ProbeBits, _set_bits
 from .leaf_bpe import BpeSideMixin

@@ -45,7 +45,7 @@ import numpy as np
 import regex
 
 from ..tokenize.bpe import BPETokenizer
-from ..tokenize.pretok import ClassMachine
+from ..tokenize.class_machine import ClassMachine
 from .completions import Completions
 from .utf8 import ENDING_INDEX, PROBES, char_byte_offsets
 from .validity import Validity

@@ -23,7 +23,8 @@ import regex
 
 from ..disk_arrays import load_arrays, save_arrays
 from ..errors import TokenizerError
-from ..tokenize.pretok import ClassMachine, UnsupportedPattern, signature_groups
+from ..tokenize.char_atoms import signature_groups
+from ..tokenize.class_machine import ClassMachine, UnsupportedPattern
 from ..tokenize.sentencepiece import SentencePieceTokenizer
 from ..tokenize.tokenizer import BPETokenizer, cache_root, load_tokenizer
 from ..tokenize.unicode_versions import compile_as_tokenizers

@@ -20,7 +20,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from ..tokenize.bpe import BPETokenizer
-from ..tokenize.pretok import ClassMachine
+from ..tokenize.class_machine import ClassMachine
 from .leaf_tables import Config, LeafTables
 from .utf8 import SHORT_PROBES, char_byte_offsets, split_utf8
 from .validity import Validity
@@ -204,7 +204,7 @@ class ConfigScan:
 
     Example (llama3's pattern: letters run on, a space starts a new pre-token):
         >>> from midword.engine.tree.leaf_tables import scan_configs
-        >>> from midword.engine.tokenize.pretok import ClassMachine
+        >>> from midword.engine.tokenize.class_machine import ClassMachine
         >>> m = ClassMachine(r" ?\p{L}+| ?\p{N}+|\s+")
         >>> classes = m.classes("ab cd")
         >>> scan = ConfigScan(m)

@@ -64,7 +64,7 @@ def test_chain_of_splits_as_one_machine() -> None:
     """DeepSeek V3's three chained splits (digit groups, CJK runs, then the word pattern
     inside each piece, gaps included) as one class machine: it tiles text exactly as the
     chain does, so its leaf tables apply."""
-    from midword.engine.tokenize.pretok import ClassMachine
+    from midword.engine.tokenize.class_machine import ClassMachine
 
     from midword.testing import CORPUS
 

@@ -99,7 +99,7 @@ def test_unsupported_tokenizers_are_rejected(tmp_path) -> None:
 def test_class_machine_matches_regex(tokenizer_name: str) -> None:
     """The class machine behind the exact leaf tables ends every anchored match where the
     regex module does (each level of a chain of splits, from every start offset)."""
-    from midword.engine.tokenize.pretok import ClassMachine
+    from midword.engine.tokenize.class_machine import ClassMachine
 
     tok = load_engine(str(tokenizer_path(tokenizer_name))).tok
     for pattern, _ in tok.pretokenizer.splits:

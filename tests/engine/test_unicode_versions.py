@@ -21,10 +21,10 @@ import pytest
 import regex
 from midword.engine import load_engine
 from midword.engine.gguf import convert as mg
+from midword.engine.tokenize.class_machine import ClassMachine
 from midword.engine.tokenize.pretok import (
     DIGIT_PATTERN,
     DIGIT_RUN_PATTERN,
-    ClassMachine,
     TokenizerRegex,
     parse_pretokenizer,
 )

@@ -273,7 +273,7 @@ def test_leaf_table_runs_equal_the_scalar_machine(engine: Engine) -> None:
     """`LeafTables.run` (rows grouped by the state their text leaves, each probe run once
     per state) gives, for sampled rows and every probe, where the scalar class machine
     ends the attempt over the row's classes then the probe's."""
-    from midword.engine.tokenize.pretok import ClassMachine
+    from midword.engine.tokenize.class_machine import ClassMachine
 
     tables = engine.tables
     assert tables is not None
