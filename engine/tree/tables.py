@@ -34,7 +34,9 @@ from .leaf_cache import VCT_CACHE_VERSION
 from .leaf_tables import LeafTables
 from .saved_words import saved_words_for
 from .sentencepiece import SentencePieceEngine
-from .tail import ONLY_BARE, Hyp, TailCache, WholeWords
+from .tail import Hyp
+from .tail_cache import TailCache
+from .tail_leaves import ONLY_BARE, WholeWords
 from .utf8 import (
     NFC_TAIL_CHARS,
     PROBE_ENDINGS,

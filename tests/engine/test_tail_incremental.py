@@ -17,8 +17,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from midword.engine import VCT, Engine, PrefixError, load_engine
+from midword.engine.tree.config_scan import ConfigScan
 from midword.engine.tree.leaf_tables import scan_configs
-from midword.engine.tree.tail import ConfigScan, _TailBuilder, build_tail
+from midword.engine.tree.tail import _TailBuilder, build_tail
 
 from midword.models import shipped_test_model
 from midword.testing import tokenizer_path

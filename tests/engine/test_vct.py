@@ -183,10 +183,11 @@ def test_tail_cache_is_bounded_by_leaf_bytes() -> None:
     import doctest
 
     import numpy as np
-    from midword.engine.tree import tail
-    from midword.engine.tree.tail import TailCache, TailNode
+    from midword.engine.tree import tail_cache
+    from midword.engine.tree.tail import TailNode
+    from midword.engine.tree.tail_cache import TailCache
 
-    assert doctest.testmod(tail, optionflags=doctest.ELLIPSIS).failed == 0
+    assert doctest.testmod(tail_cache, optionflags=doctest.ELLIPSIS).failed == 0
 
     def tail(n: int) -> tuple[tuple[int, ...], list[TailNode]]:
         return (), [TailNode((), True, np.arange(n, dtype=np.int64))]
