@@ -58,7 +58,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "tokenize.tokenizer": ("load_tokenizer",),
     "tree.completions": ("completion_points", "utf8_length"),
     "tree.utf8": ("split_utf8",),
-    "tree.tail": ("TailNode",),
+    "tree.tail_types": ("TailNode",),
     "tree.tables": ("Engine", "engine_for", "load_engine"),
     "tree.vct": ("build_tree", "Tree", "VCT"),
     "gguf.tokenizer": ("gguf_tokenizer", "rebuilt_tokenizer_json"),
@@ -107,9 +107,7 @@ _FACE: dict[str, tuple[str, ...]] = {
         "Guided",
         "MIN_MASS",
     ),
-    "sample.candidate_draws": (
-        "draw_continuation",
-    ),
+    "sample.candidate_draws": ("draw_continuation",),
     "sample.fim": (
         "FIM_CHOICES",
         "FimCompleter",

@@ -41,12 +41,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from .backend import TokenPath, TreeScoringSession
 from .forward_plan import ForwardStep
-from .llamacpp import LlamaCppModel
+
+
+class LlamaModelLike(Protocol):
+    """What a session asks of its `~.llamacpp.LlamaCppModel` (that module opens sessions,
+    so this one does not import it): the vocabulary sizes and a new context."""
+
+    vocab_size: int
+    input_vocab_size: int
+
+    def new_context(self) -> Any: ...
+
 
 __all__ = ["LlamaCppSession"]
 
@@ -103,7 +114,7 @@ class LlamaCppSession(TreeScoringSession):
     """
 
     def __init__(
-        self, model: LlamaCppModel, bos_id: int | None = None, trunk_logits_window: int = 8
+        self, model: LlamaModelLike, bos_id: int | None = None, trunk_logits_window: int = 8
     ) -> None:
         super().__init__(model.vocab_size, bos_id, model.input_vocab_size, trunk_logits_window)
         self.model = model

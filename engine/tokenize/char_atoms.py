@@ -17,15 +17,21 @@ Example:
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import regex
 
 from .unicode_versions import late_mask, own_tables_twin
 
-if TYPE_CHECKING:
-    from .class_machine import ClassMachine
+
+class Classifier(Protocol):
+    """What an atom asks of the class machine (:class:`~.class_machine.ClassMachine`, which
+    imports this module): a character's class, and the classes of a text at once."""
+
+    def char_class(self, ch: str) -> int: ...
+
+    def bulk_classes(self, text: str, memo: dict | None = None) -> np.ndarray: ...
 
 
 class Atom(Protocol):
@@ -57,7 +63,7 @@ class _Outside:
 class _ClassIn:
     """Characters of ``cell`` whose class under ``machine`` is one of ``ids``."""
 
-    def __init__(self, machine: ClassMachine, ids: set[int], cell: Atom) -> None:
+    def __init__(self, machine: Classifier, ids: set[int], cell: Atom) -> None:
         self.machine, self.ids, self.cell = machine, frozenset(ids), cell
 
     def fullmatch(self, ch: str) -> bool | None:

@@ -1,7 +1,8 @@
 """The bit sets of the leaf tables (:mod:`~midword.engine.tree.leaf_tables`): for every
 row (a token's text), one bit per probe ``y`` and per ``j``, the characters of ``y``
 inside the row's pre-token, packed into ``_WORDS`` uint64 words; `_ProbeBits` holds what
-each probe does to an open match attempt, per local machine state.
+each probe does to an open match attempt, per local machine state; `TableSource` is what
+the tables read of the per-tokenizer engine (here, below both halves of the tables).
 
 Example:
     >>> words = np.zeros((_WORDS, 3), dtype=np.uint64)
@@ -12,11 +13,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from pathlib import Path
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from ..tokenize.bpe import BPETokenizer
+from .completions import Completions
 from .utf8 import PROBES
+from .validity import Validity
 
 
 class _ProbeBits(NamedTuple):
@@ -47,3 +52,18 @@ def _set_bits(words: np.ndarray, bit: int, mask: np.ndarray) -> None:
 def _get_bits(words: np.ndarray, bit: int) -> np.ndarray:
     """Bit ``bit`` of the ``[W, n]`` bit sets ``words``, as bools."""
     return ((words[bit // 64] >> np.uint64(bit % 64)) & np.uint64(1)).astype(bool)
+
+
+class TableSource(Protocol):
+    """What the leaf tables read of the per-tokenizer :class:`~midword.engine.tree.tables.Engine`."""
+
+    tok: BPETokenizer
+    validity: Validity
+    is_added: np.ndarray
+    sorted_bytes: list[tuple[bytes, int]]
+
+    def completions(self, partial: bytes) -> Completions: ...
+
+    def token_range(self, prefix: bytes) -> tuple[int, int]: ...
+
+    def cache_file(self, kind: str) -> Path | None: ...

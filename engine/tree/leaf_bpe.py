@@ -15,17 +15,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..tokenize.bpe import BPETokenizer
 from ..tokenize.class_machine import ClassMachine
 from .completions import Completions
+from .leaf_bits import TableSource
 from .utf8 import ENDING_INDEX, PROBE_ENDINGS, PROBES, complete_head, nfc_boundary, split_lenient
-
-if TYPE_CHECKING:
-    from .leaf_tables import TableSource
 
 
 class BpeSideMixin:

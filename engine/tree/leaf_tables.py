@@ -14,37 +14,18 @@ their BPE side (computed once when they are built) :mod:`.leaf_bpe`.
 from __future__ import annotations
 
 from collections import OrderedDict
-from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
 from ..disk_arrays import save_arrays
-from ..tokenize.bpe import BPETokenizer
 from ..tokenize.class_machine import END, ClassMachine
-from .completions import Completions
-from .leaf_bits import _WORDS, _Y_OFFSET, _ZERO, _get_bits, _ProbeBits, _set_bits
+from .leaf_bits import _WORDS, _Y_OFFSET, _ZERO, TableSource, _get_bits, _ProbeBits, _set_bits
 from .leaf_bpe import BpeSideMixin
 from .leaf_cache import LeafCacheMixin, load_checked
 from .utf8 import PROBES, split_lenient
-from .validity import Validity
 
 CONTINUES_MEMO_SIZE = 1 << 15  # remembered LeafTables.continues verdicts (~250 bytes each)
-
-
-class TableSource(Protocol):
-    """What the leaf tables read of the per-tokenizer :class:`~midword.engine.tree.tables.Engine`."""
-
-    tok: BPETokenizer
-    validity: Validity
-    is_added: np.ndarray
-    sorted_bytes: list[tuple[bytes, int]]
-
-    def completions(self, partial: bytes) -> Completions: ...
-
-    def token_range(self, prefix: bytes) -> tuple[int, int]: ...
-
-    def cache_file(self, kind: str) -> Path | None: ...
 
 
 class Config(NamedTuple):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..disk_arrays import load_intact, save_arrays, within
 from ..tokenize.bpe import BPETokenizer
-from .tail_leaves import ONLY_BARE, WholeWords
+from .tail_types import ONLY_BARE, WholeWords
 from .utf8 import PROBE_ENDINGS
 
 

@@ -16,8 +16,8 @@ from ..errors import PrefixError
 from ..tokenize.bpe import BPETokenizer
 from ..tokenize.sentencepiece import EMPTY, SPACE_PIECE_BYTES, SentencePieceTokenizer
 from .completions import completion_points, utf8_length
-from .tail import TailNode
 from .tail_cache import TailCache
+from .tail_types import TailNode
 from .utf8 import char_byte_offsets, split_utf8
 from .validity import Validity
 

@@ -34,9 +34,8 @@ from .leaf_cache import VCT_CACHE_VERSION
 from .leaf_tables import LeafTables
 from .saved_words import saved_words_for
 from .sentencepiece import SentencePieceEngine
-from .tail import Hyp
 from .tail_cache import TailCache
-from .tail_leaves import ONLY_BARE, WholeWords
+from .tail_types import ONLY_BARE, Hyp, WholeWords
 from .utf8 import (
     NFC_TAIL_CHARS,
     PROBE_ENDINGS,

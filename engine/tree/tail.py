@@ -13,89 +13,21 @@ pre-token re-judges only what its new end changes.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ..tokenize.bpe import BPETokenizer
-from ..tokenize.class_machine import ClassMachine
 from .config_scan import ConfigScan
-from .leaf_tables import Config, LeafTables
-from .tail_leaves import TailLeavesMixin, WholeWords
+from .leaf_tables import Config
+from .tail_leaves import TailLeavesMixin
+from .tail_types import Hyp, TailNode, TailSource, _Node
 from .utf8 import SHORT_PROBES, char_byte_offsets, split_utf8
-from .validity import Validity
-
-if TYPE_CHECKING:
-    from .tail_cache import TailCache
 
 HYPS_MEMO_CHARS = 64  # regions up to this many characters keep their hypotheses by shape
 HYPS_MEMO_SIZE = 1 << 14  # shapes kept (a few hundred bytes each)
 # below this many tokens from one offset, asking pair validity token by token is cheaper
 # than gathering the successor mask (whitespace runs have dozens of tokens per offset)
 MASKED_STEPS_MIN = 12
-
-
-@dataclass(frozen=True)
-class Hyp:
-    """One possible pre-tokenization: byte offsets of splits inside the region.
-
-    ``stop``: a non-special added text may begin at this offset and still be completing;
-    under this hypothesis the rest of the region is that one added token (a leaf), so no
-    token of the path ends past it.
-    """
-
-    inner: frozenset[int]
-    at_end: bool
-    stop: int | None = None
-
-
-@dataclass(frozen=True)
-class TailNode:
-    """An internal node of the branching tail.
-
-    ``path``: token ids from the end of the trunk down to this node;
-    ``ends_at_prefix_end``: the node's bytes end exactly where the prefix ends
-    (then every valid next token is a leaf); ``leaves``: child tokens that
-    complete a covering sequence from this node.
-    """
-
-    path: tuple[int, ...]
-    ends_at_prefix_end: bool
-    leaves: np.ndarray
-
-
-class TailSource(Protocol):
-    """What the tail builder reads of the per-tokenizer :class:`~midword.engine.tree.tables.Engine`."""
-
-    tok: BPETokenizer
-    validity: Validity
-    machine: ClassMachine | None
-    tables: LeafTables | None
-    split_probes: tuple[str, ...]
-    max_token_len: int
-    sorted_ids: np.ndarray
-    sorted_len: np.ndarray
-    starts_ok: np.ndarray
-    tail_ok: np.ndarray
-    whole_ok: np.ndarray
-    is_added: np.ndarray
-    added_ids: list[int]
-    holds_missing: np.ndarray | None
-    tail_cache: TailCache
-    hyps_memo: dict[tuple, tuple[Hyp, ...]]
-
-    def class_reps(self, partial: bytes) -> list[str]: ...
-
-    def token_range(self, prefix: bytes) -> tuple[int, int]: ...
-
-    def continuing(self, partial: bytes) -> np.ndarray: ...
-
-    def head_keys(self) -> tuple[np.ndarray, list[str], list[bool], np.ndarray, list[int]]: ...
-
-    def whole_words(self, head: bytes) -> WholeWords: ...
-
-    def extends_canonically(self, seq: tuple[int, ...], data: bytes) -> bool: ...
 
 
 def build_tail(engine: TailSource, region: bytes) -> tuple[tuple[int, ...], list[TailNode]]:
@@ -131,18 +63,6 @@ def pending_added(tok: BPETokenizer, text: str, partial: bytes) -> list[int]:
         for k, off in enumerate(offsets)
         if any(len(a) > len(tail) - off and a.startswith(tail[off:]) for a in tok.added_bytes)
     ]
-
-
-@dataclass
-class _Node:
-    path: tuple[int, ...]
-    pos: int
-    last: int | None
-    bounds: frozenset[int]  # byte offsets of token boundaries along the path (0 excluded)
-    hyps: tuple[Hyp, ...]
-    leaves: list[int] | np.ndarray = field(default_factory=list)
-    children: list[_Node] = field(default_factory=list)
-    token_at: dict[int, int] | None = None  # byte offset -> index in path (`_allow`, lazily)
 
 
 class _TailBuilder(TailLeavesMixin):

@@ -12,14 +12,11 @@ Example:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-from .tail import TailNode
-
-if TYPE_CHECKING:
-    from .tail import _TailBuilder
+from .tail_types import TailNode
 
 # Built tails are asked again for the prefix just built (a request, its sync, its items),
 # after a backspace, and for the few buffers in use; typing makes a new region per key. So
@@ -52,7 +49,7 @@ class TailCache:
         # the builder of the last tail built: the next key's builder takes over what stays
         # true of the bytes both regions share (`_TailBuilder._take_over`). Outside the
         # byte cap: its straddler arrays held under 1 MB after a 200-space run (gpt4o)
-        self.last_build: _TailBuilder | None = None
+        self.last_build: Any = None  # tail._TailBuilder of the last region built, or None
         self._places: tuple[np.ndarray, np.ndarray] | None = None
 
     def places(self, sorted_ids: np.ndarray) -> np.ndarray:

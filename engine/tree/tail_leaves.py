@@ -6,36 +6,20 @@ attempts of the region's prefix, `ConfigScan`; whole words under ignore_merges,
 pre-tokenizers the class machine does not model.
 
 Example:
-    >>> NO_WHOLE_WORDS.ids.size, ONLY_BARE
-    (0, frozenset({b''}))
+    >>> NO_WHOLE_WORDS.ids.size
+    0
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from ..tokenize.bpe import BPETokenizer
 from .config_scan import ConfigScan
 from .leaf_tables import Config, LeafTables
-
-if TYPE_CHECKING:
-    from .tail import TailSource, _Node
-
-ONLY_BARE: frozenset[bytes] = frozenset({b""})  # WholeWords.exts of a T with no other ending
-
-
-class WholeWords(NamedTuple):
-    """Under ignore_merges, for one head: tokens T (``ids``) and, aligned, the probe
-    endings e with ``head + T + e`` itself a token (the encoder would emit that one)."""
-
-    ids: np.ndarray  # int64 token ids
-    exts: list[frozenset[bytes]]
-
-
-NO_WHOLE_WORDS = WholeWords(np.zeros(0, dtype=np.int64), [])
+from .tail_types import NO_WHOLE_WORDS, TailSource, WholeWords, _Node
 
 
 class TailLeavesMixin:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from ..errors import PrefixError, UncoverableByteError
 from .sentencepiece import build_sp_tail, check_text
 from .tables import Engine
-from .tail import TailNode, _TailBuilder, build_tail, pending_added
+from .tail import _TailBuilder, build_tail, pending_added
+from .tail_types import TailNode
 from .utf8 import PROBES, split_utf8
 
 MAX_PREFIX_BYTES = 1 << 20  # a longer prefix is almost certainly a mistake; the editor uses windows
