@@ -205,7 +205,8 @@ class ModelHost:
         if generation != self._generation:
             return  # a newer load was asked for meanwhile
         self._worker.submit(self.use, backend, name, note).result()
-        log.info("model %s ready in %.1f s", name, time.perf_counter() - started)
+        on = getattr(backend, "backend_name", "") or "?"
+        log.info("model %s ready on %s in %.1f s", name, on, time.perf_counter() - started)
         self.on_progress("", 100)
 
     def _watch(self, names: list[str], options: ServerOptions) -> None:

@@ -25,6 +25,7 @@
 // Environment: MIDWORD_CI_CACHE (where .ci/code_server_setup installed
 // code-server), MIDWORD_CODE_SERVER, MIDWORD_CHROMIUM, MIDWORD_E2E_PYTHON (an
 // interpreter that imports midword; default: python3 on PATH),
+// MIDWORD_E2E_BACKEND (the backend the server's ready line must name: llamacpp, torch),
 // MIDWORD_E2E_MODEL (default: the repository's models/default, small and
 // deterministic), MIDWORD_E2E_DEVICE (midword.device, default auto),
 // MIDWORD_VSIX, MIDWORD_E2E_KEEP=1 (keep the sandbox folder).
@@ -106,6 +107,7 @@ const config = {
   chromium: process.env.MIDWORD_CHROMIUM ?? '/usr/bin/chromium',
   model: process.env.MIDWORD_E2E_MODEL ?? path.join(REPO, 'models', 'default'),
   device: process.env.MIDWORD_E2E_DEVICE ?? 'auto',
+  backend: process.env.MIDWORD_E2E_BACKEND, // the backend the ready line must name (unset: any)
   artifacts: path.resolve(process.env.MIDWORD_ARTIFACTS ?? path.join(REPO, '.ci', 'artifacts')),
   keep: process.env.MIDWORD_E2E_KEEP === '1',
 };
@@ -332,10 +334,14 @@ async function checkOutputChannel(dirs) {
   const files = await findFiles(path.join(dirs.userData, 'logs'), (name) => name === 'midword.log');
   check(files.length === 1, `one midword output channel log: ${JSON.stringify(files)}`);
   const lines = (await fs.readFile(files[0], 'utf8')).split('\n').filter((line) => line.trim() !== '');
-  // "2026-01-02 03:04:05.678 [info] model default ready in 1.2 s"
+  // "2026-01-02 03:04:05.678 [info] model default ready on torch in 1.2 s"
   const records = lines.map((line) => /^\S+ \S+ \[(\w+)\] (.*)$/.exec(line)).filter((match) => match !== null);
   const ready = records.filter(([, , message]) => /\bmodel\b.*\bready\b/.test(message));
   check(ready.length === 1, `the model-ready line shows once: ${JSON.stringify(ready.map((match) => match[0]))}`);
+  if (config.backend !== undefined) {
+    // "model SmolLM2-135M-Instruct.Q4_1.gguf ready on llamacpp in 1.2 s"
+    check(ready[0][2].includes(` ready on ${config.backend} `), `the model runs on ${config.backend}: ${JSON.stringify(ready[0][2])}`);
+  }
   const infoAsError = records.filter(([, level, message]) => level === 'error' && /\bINFO\b/.test(message));
   check(infoAsError.length === 0, `no INFO line tagged [error]: ${JSON.stringify(infoAsError.map((m) => m[0]))}`);
   // a stderr copy carries the server's own header ("<time> INFO midword.server: "); compare without it
