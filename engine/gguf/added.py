@@ -8,6 +8,8 @@ the added tokens of a rebuilt tokenizer.json, each kept at its own id.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import GGUFError
 
@@ -67,3 +69,76 @@ def added_token(i: int, text: str, special: bool) -> dict:
         "normalized": False,
         "special": special,
     }
+
+
+# ------------------------------------------------------------------ llama.cpp's overrides
+# Token texts llama.cpp's loader makes CONTROL whatever the file says (llama-vocab.cpp,
+# "control-looking token ... its type will be overridden"): never matched in text, so the
+# rebuild makes them special too. End-of-generation texts always:
+EOG_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+    "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
+    "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
+    "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
+})  # fmt: skip
+# the rest only when the file names no token for that role (metadata keys, old and new)
+SLOT_TEXTS: dict[tuple[str, ...], frozenset[str]] = {
+    ("eot",): frozenset({
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+        "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
+        "<end_of_utterance>",
+    }),
+    ("eom",): frozenset({"<|eom_id|>"}),
+    ("fim_pre", "prefix"): frozenset({
+        "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
+        "▁<PRE>", "<|code_prefix|>", "<|prefix|>",
+    }),
+    ("fim_suf", "suffix"): frozenset({
+        "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
+        "▁<SUF>", "<|code_suffix|>", "<|suffix|>",
+    }),
+    ("fim_mid", "middle"): frozenset({
+        "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
+        "▁<MID>", "<|code_middle|>", "<|middle|>",
+    }),
+    ("fim_pad",): frozenset({"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}),
+    ("fim_rep",): frozenset({
+        "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+    }),
+    ("fim_sep",): frozenset({"<|file_sep|>"}),
+}  # fmt: skip
+
+
+def as_llama_cpp_reads(tokens: list[str], types: list[int], named: set[str]) -> list[int]:
+    """The token types llama.cpp's loader ends with: a text it treats as a control token
+    (:data:`EOG_TEXTS`, and :data:`SLOT_TEXTS` of a role the file names no token for:
+    ``named`` holds the roles it does name) is CONTROL when the file made it USER_DEFINED.
+    A NORMAL one (Qwen2's '</s>') keeps its type: the flag only stops llama.cpp matching
+    it as added text, which it never was, and merges still form it.
+
+    >>> as_llama_cpp_reads(["a", "<|im_end|>", "<PRE>"], [NORMAL, USER_DEFINED, USER_DEFINED],
+    ...                    {"fim_pre"})
+    [1, 3, 4]
+    """
+    control = set(EOG_TEXTS)
+    users = {t for t, k in zip(tokens, types, strict=True) if k == USER_DEFINED} - control
+    for roles, texts in SLOT_TEXTS.items():
+        if not named.intersection(roles):
+            present = [t for t in tokens if t in texts]
+            if len(present) > 1 and users.intersection(present):
+                # (llama.cpp takes whichever its hash map meets first)
+                raise GGUFError(
+                    f"tokens {present[0]!r} and {present[1]!r} both look like llama.cpp's "
+                    f"{roles[0]} token: which one it makes a control token is not modelled"
+                )
+            control.update(present)
+    return [
+        CONTROL if k == USER_DEFINED and t in control else k
+        for t, k in zip(tokens, types, strict=True)
+    ]
+
+
+def named_roles(get: Callable[[str, Any], Any]) -> set[str]:
+    """The roles whose token the file's metadata names (``tokenizer.ggml.<role>_token_id``)."""
+    roles = {r for roles in SLOT_TEXTS for r in roles}
+    return {r for r in roles if get(f"tokenizer.ggml.{r}_token_id", None) is not None}

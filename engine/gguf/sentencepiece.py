@@ -22,6 +22,8 @@ from .added import (
     UNKNOWN,
     USER_DEFINED,
     added_token,
+    as_llama_cpp_reads,
+    named_roles,
     place_added_tokens,
 )
 from .reader import GGUFFile
@@ -62,7 +64,8 @@ def read_sentencepiece_vocab(gf: GGUFFile) -> SentencePieceVocab:
     if len(scores) < len(tokens) or len(types) < len(tokens):
         raise GGUFError(f"{where}: fewer scores or token types than the {len(tokens)} tokens")
     n = len(tokens)
-    vocab = SentencePieceVocab(tokens, types[:n], [float(x) for x in scores[:n]], where)
+    types = as_llama_cpp_reads(tokens, types[:n], named_roles(gf.get))
+    vocab = SentencePieceVocab(tokens, types, [float(x) for x in scores[:n]], where)
     for i, text, kind in vocab.entries():
         if kind not in TYPE_NAMES:
             raise vocab.refuse(f"token {i} ({text!r}) has an unknown token type {kind}")
@@ -125,6 +128,7 @@ def sentencepiece_merges(vocab: SentencePieceVocab) -> list[list[str]]:
         if pair is not None:
             ranked.append((-vocab.scores[i], i, *pair))
     ranked.sort()
+    ranked, runs = _split_off_tied_runs(vocab, ranked)
     for (s1, i1, *_), (s2, i2, *_) in itertools.pairwise(ranked):
         if s1 == s2:
             raise vocab.refuse(
@@ -133,7 +137,87 @@ def sentencepiece_merges(vocab: SentencePieceVocab) -> list[list[str]]:
                 "merge list cannot express"
             )
     _refuse_tokens_above_halves(vocab, ranked, score)
-    return [[left, right] for _, _, left, right in ranked]
+    return [[left, right] for _, _, left, right in ranked] + runs
+
+
+# ------------------------------------------------------------------ tied runs (Llama 2's spaces)
+def _split_off_tied_runs(
+    vocab: SentencePieceVocab, ranked: list[tuple[float, int, str, str]]
+) -> tuple[list[tuple[float, int, str, str]], list[list[str]]]:
+    """``ranked`` without the tokens of tied runs, and the merges that stand for them.
+
+    Llama 2's vocabulary (CodeLlama's, Phi-3's) holds the runs '▁▁' to sixteen '▁', all
+    scored -1e9, below every other token. llama.cpp breaks ties by position (the leftmost
+    pair first: llama-vocab.cpp's ``llm_bigram_spm`` comparator), so they merge last, and a
+    run of single '▁' left then becomes runs of 16 from the left and the rest. A rank list
+    reaches the same with merges that double ('▁' '▁', '▁▁' '▁▁', ...) and then join the
+    rest from the left (:func:`_run_merges`); that is checked here on runs up to four times
+    the longest token, against llama.cpp's rule (:func:`spm_segment`). Any other tie is left
+    in ``ranked`` (and refused there).
+    """
+    lowest = ranked[-1][0] if ranked else None
+    group = [r for r in ranked if r[0] == lowest]
+    texts = [vocab.tokens[i] for _, i, _, _ in group]
+    if len(group) < 2 or not _runs_of_one_char(texts, vocab):
+        return ranked, []
+    char = texts[0][0]
+    longest = max(map(len, texts))
+    merges = _run_merges(char, longest)
+    score = {char * n: -1.0 for n in range(2, longest + 1)}  # (ties: the leftmost pair)
+    for n in range(1, 4 * longest + 2):
+        want = spm_segment([char] * n, score)[0]
+        if _rank_bpe([char] * n, merges) != want:
+            return ranked, []  # (not expressible: the tie stays, and is refused)
+    return [r for r in ranked if r[0] != lowest], merges
+
+
+def _runs_of_one_char(texts: list[str], vocab: SentencePieceVocab) -> bool:
+    """Runs '▁▁' ... of one character, every length from 2 to the longest, the character
+    a token, and no other token holding two of it side by side (nothing a run forms can
+    then merge with anything else)."""
+    char = texts[0][0]
+    lengths = sorted(len(t) for t in texts)
+    if any(set(t) != {char} for t in texts) or lengths != list(range(2, len(texts) + 2)):
+        return False
+    doubled = char * 2
+    others = [t for t in vocab.tokens if doubled in t and set(t) != {char}]
+    return char in vocab.tokens and not others
+
+
+def _run_merges(char: str, longest: int) -> list[list[str]]:
+    """Merges for the runs of ``char`` up to ``longest``: the doublings first, then every
+    other length n as (n - its lowest bit, its lowest bit), those whose left part has the
+    higher top bit first (leftmost pieces join first), shorter results first within.
+
+    >>> _run_merges("a", 5)
+    [['a', 'a'], ['aa', 'aa'], ['aaaa', 'a'], ['aa', 'a']]
+    """
+    doublings = [[char * (n // 2), char * (n // 2)] for n in _powers_of_two(longest)]
+    others = [n for n in range(3, longest + 1) if n & (n - 1)]
+    others.sort(key=lambda n: (-_top_bit(n - (n & -n)), n))
+    return doublings + [[char * (n - (n & -n)), char * (n & -n)] for n in others]
+
+
+def _powers_of_two(longest: int) -> list[int]:
+    return [1 << k for k in range(1, longest.bit_length()) if 1 << k <= longest]
+
+
+def _top_bit(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
+
+
+def _rank_bpe(symbols: list[str], merges: list[list[str]]) -> list[str]:
+    """Rank-list BPE as tokenizers runs it: the best-ranked pair, leftmost first."""
+    rank = {(a, b): r for r, (a, b) in enumerate(merges)}
+    symbols = list(symbols)
+    while True:
+        found = [
+            (rank[pair], i) for i, pair in enumerate(itertools.pairwise(symbols)) if pair in rank
+        ]
+        if not found:
+            return symbols
+        _, i = min(found)
+        symbols[i : i + 2] = [symbols[i] + symbols[i + 1]]
 
 
 def _refuse_tokens_above_halves(

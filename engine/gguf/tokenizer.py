@@ -31,6 +31,8 @@ from .added import (
     UNUSED,
     USER_DEFINED,
     added_token,
+    as_llama_cpp_reads,
+    named_roles,
     place_added_tokens,
 )
 from .pretokenizers import GPT2_BYTELEVEL, pre_tokenizer_recipe
@@ -58,6 +60,7 @@ def tokenizer_json(gf: GGUFFile) -> dict:
     recipe = pre_tokenizer_recipe(gf.get("tokenizer.ggml.pre", None))
     tokens: list[str] = gf.get("tokenizer.ggml.tokens")
     types: list[int] = gf.get("tokenizer.ggml.token_type", [NORMAL] * len(tokens))
+    types = as_llama_cpp_reads(tokens, [int(k) for k in types], named_roles(gf.get))
     vocab, added = _vocab_and_added(tokens, types)
     merges = [m.split(" ", 1) for m in gf.get("tokenizer.ggml.merges", [])]
     if any(len(m) != 2 for m in merges):
