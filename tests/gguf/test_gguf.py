@@ -442,7 +442,8 @@ def test_complete_accepts_a_gguf_file(tmp_path: Path) -> None:
     file = tmp_path / "m.gguf"
     write_model_gguf(file, tiny_llama(seed=8, tie=True), "F16")
     env = {**os.environ, "MIDWORD_CACHE": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "midword", "complete", "--model", str(file), "--device", "cpu"]
+    cmd = [sys.executable, "-m", "midword", "complete", "--model", str(file), "--backend", "torch"]
+    cmd += ["--device", "cpu"]  # the conversion for torch (llama.cpp would run the file as is)
     cmd += ["--max-tokens", "3", "--json", "def ma"]
     runs = [subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300) for _ in "12"]
     for run in runs:
@@ -450,6 +451,21 @@ def test_complete_accepts_a_gguf_file(tmp_path: Path) -> None:
         assert json.loads(run.stdout.splitlines()[-1])["completion"] is not None
     assert "dequantizing m.gguf" in runs[0].stderr and "100%" in runs[0].stderr
     assert "dequantizing" not in runs[1].stderr
+
+
+def test_complete_runs_a_gguf_file_on_llamacpp_by_default(tmp_path: Path) -> None:
+    """With llama-cpp-python installed, `--backend auto` runs the file as it is: nothing
+    is converted (no cache written, no progress bar), and the completion is llama.cpp's."""
+    pytest.importorskip("llama_cpp")
+    file = tmp_path / "m.gguf"
+    write_model_gguf(file, tiny_llama(seed=8, tie=True), "Q8_0")
+    env = {**os.environ, "MIDWORD_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "midword", "complete", "--model", str(file), "--json"]
+    run = subprocess.run([*cmd, "def ma"], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "dequantizing" not in run.stderr and "midword:" not in run.stderr
+    assert not (tmp_path / "cache" / "gguf").exists()  # no float32 copy
+    assert json.loads(run.stdout.splitlines()[-1])["completion"] is not None
 
 
 def test_server_loads_a_gguf_file(tmp_path: Path, monkeypatch) -> None:
@@ -463,7 +479,7 @@ def test_server_loads_a_gguf_file(tmp_path: Path, monkeypatch) -> None:
     source = tiny_llama(seed=9, tie=True)
     write_model_gguf(file, source, "F32")
     seen: list[tuple[str, int]] = []
-    options = ServerOptions(model=str(file), device="cpu", dtype="float32")
+    options = ServerOptions(model=str(file), backend="torch", device="cpu", dtype="float32")
     backend = load_backend(options, [str(file)], lambda m, p: seen.append((m, p)))
     assert any(m.startswith("dequantizing m.gguf") for m, _ in seen)
     assert [p for _, p in seen] == sorted(p for _, p in seen)

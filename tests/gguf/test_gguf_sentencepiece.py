@@ -460,7 +460,7 @@ def test_server_loads_a_sentencepiece_gguf_file(tmp_path: Path, monkeypatch) -> 
     vocab = small_vocab(4)
     source = tiny_model(len(vocab.tokens))
     file = write_gguf(tmp_path / "m.gguf", vocab, source)
-    options = ServerOptions(model=str(file), device="cpu", dtype="float32")
+    options = ServerOptions(model=str(file), backend="torch", device="cpu", dtype="float32")
     backend = load_backend(options, [str(file)], lambda m, p: None)
     ids = [1, *vocab.oracle().ids("xyz ab")]
     assert torch.equal(logits(backend.model.model, ids), logits(source, ids))
