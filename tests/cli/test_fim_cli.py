@@ -116,9 +116,9 @@ def test_suffix_repeat_cut_stops_before_the_suffix_lines() -> None:
 
 def test_smollm2_the_default_model_has_no_fim_template() -> None:
     """SmolLM2-135M has no FIM tokens: `fim: auto` says off, completions stay prefix-only."""
+    from midword.engine import load_tokenizer
     from midword.engine.model.files import prepare_model
     from midword.engine.sample.fim import detect_template, model_config
-    from midword.engine.tokenize.tokenizer import load_tokenizer
 
     from midword.models import find_smollm2
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from midword.engine.tokenize.tokenizer import BPETokenizer, load_tokenizer
+from midword.engine import load_tokenizer
+from midword.engine.tokenize.tokenizer import BPETokenizer
 
 from midword.models import shipped_test_model
 

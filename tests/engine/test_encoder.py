@@ -5,9 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from midword.engine import load_engine
+from midword.engine import load_engine, load_tokenizer
 from midword.engine.errors import TokenizerError
-from midword.engine.tokenize.tokenizer import load_tokenizer
 from tokenizers import Regex as HFRegex
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from midword.engine import load_engine
+from midword.engine import load_engine, load_tokenizer
 from midword.engine.errors import FimError
 from midword.engine.sample.fim import (
     TEMPLATES,
@@ -25,7 +25,6 @@ from midword.engine.sample.fim import (
     resolve_fim,
 )
 from midword.engine.sample.generate import Settings
-from midword.engine.tokenize.tokenizer import load_tokenizer
 
 from midword.testing.fixtures import real_encoder
 from midword.testing.vocab import with_special_tokens

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from midword.engine import build_tree, load_engine
+from midword.engine import build_tree, load_engine, load_tokenizer
 from midword.engine.disk_arrays import save_arrays
 from midword.engine.tokenize.class_machine import ClassMachine
-from midword.engine.tokenize.tokenizer import load_tokenizer
 from midword.engine.tree.leaf_cache import VCT_CACHE_VERSION, load_checked
 from midword.engine.tree.leaf_tables import LeafTables, scan_configs
 from midword.engine.tree.tables import engine_for

@@ -10,11 +10,10 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from midword.engine import VCT, build_tree, load_engine
+from midword.engine import VCT, build_tree, load_engine, load_tokenizer
 from midword.engine.tokenize.bytelevel import chars_to_bytes
 from midword.engine.tokenize.class_machine import ClassMachine
 from midword.engine.tokenize.pretok import parse_pretokenizer
-from midword.engine.tokenize.tokenizer import load_tokenizer
 from tokenizers import Tokenizer
 from tokenizers import pre_tokenizers as hf_pre
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from midword.engine import VCT, PrefixError, TokenizerError, build_tree, load_engine
-from midword.engine.tokenize.tokenizer import load_tokenizer
+from midword.engine import VCT, PrefixError, TokenizerError, build_tree, load_engine, load_tokenizer
 
 from midword.testing import CORPUS, real_encoder, tokenizer_path
 from midword.testing.fixtures import SENTENCEPIECE

@@ -14,10 +14,9 @@ import re
 
 import numpy as np
 import pytest
-from midword.engine import load_engine
+from midword.engine import load_engine, load_tokenizer
 from midword.engine.tokenize.bpe import BPETokenizer, bpe_apply
 from midword.engine.tokenize.sentencepiece import bpe_heap
-from midword.engine.tokenize.tokenizer import load_tokenizer
 from midword.engine.tree.completions import completion_points
 from midword.engine.tree.sentencepiece import SentencePieceEngine
 from midword.engine.tree.tables import engine_for

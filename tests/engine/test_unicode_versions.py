@@ -19,7 +19,7 @@ from functools import cache
 import numpy as np
 import pytest
 import regex
-from midword.engine import load_engine
+from midword.engine import load_engine, load_tokenizer
 from midword.engine.gguf import convert as mg
 from midword.engine.tokenize.class_machine import ClassMachine
 from midword.engine.tokenize.pretok import (
@@ -28,7 +28,6 @@ from midword.engine.tokenize.pretok import (
     TokenizerRegex,
     parse_pretokenizer,
 )
-from midword.engine.tokenize.tokenizer import load_tokenizer
 from midword.engine.tokenize.unicode_versions import (
     ASSIGNED_AFTER,
     RECATEGORIZED,

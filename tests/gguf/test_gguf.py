@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from midword.engine import load_tokenizer
 from midword.engine.gguf import convert as mg
 from midword.engine.model.files import is_gguf_file, prepare_model, storage_dtype
-from midword.engine.tokenize.tokenizer import load_tokenizer
 from tokenizers import Tokenizer
 
 from ..gguf_support import norms_away_from_one, write_shape

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from midword.engine import load_tokenizer
 from midword.engine.gguf import convert as mg
-from midword.engine.tokenize.tokenizer import load_tokenizer
 
 from ..gguf_support import write_shape
 from .test_gguf import DEFAULT_TOKENIZER, as_read_back, load_folder, logits, stored

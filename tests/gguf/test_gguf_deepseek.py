@@ -12,11 +12,10 @@ import random
 from pathlib import Path
 
 import pytest
-from midword.engine import load_engine
+from midword.engine import load_engine, load_tokenizer
 from midword.engine.gguf import convert as mg
 from midword.engine.tokenize.bytelevel import chars_to_bytes
 from midword.engine.tokenize.pretok import parse_pretokenizer
-from midword.engine.tokenize.tokenizer import load_tokenizer
 from tokenizers import Tokenizer
 
 from ..oracle import (

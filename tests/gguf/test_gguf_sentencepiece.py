@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from midword.engine import build_tree, load_engine
+from midword.engine import build_tree, load_engine, load_tokenizer
 from midword.engine.gguf import convert as mg
 from midword.engine.gguf import sentencepiece as gguf_sp
-from midword.engine.tokenize.tokenizer import load_tokenizer
 
 from midword.testing import CORPUS, real_encoder, tokenizer_path
 

@@ -53,8 +53,8 @@ def train_copy_model(folder: Path) -> tuple[Path, list[str]]:
     """A tiny Llama (float32, CPU) trained on FIM examples in the qwen-spm layout whose
     middle is the name the suffix defines; saved with its tokenizer and template name.
     Returns the folder and the names."""
+    from midword.engine import load_tokenizer
     from midword.engine.sample.fim import TEMPLATES
-    from midword.engine.tokenize.tokenizer import load_tokenizer
 
     from midword.testing.tiny_models import build_tiny_llama
 

@@ -30,8 +30,8 @@ AFTER = "\n\nclass G:\n    pass\n"
 
 
 def build_line_writer(folder: Path) -> Path:
+    from midword.engine import load_tokenizer
     from midword.engine.sample.fim import TEMPLATES
-    from midword.engine.tokenize.tokenizer import load_tokenizer
 
     from midword.testing.tiny_models import build_tiny_llama
 

@@ -136,7 +136,9 @@ def test_scope_block_rules() -> None:
     text = "\n    y = x\n    return y\nprint(f(1))\n"
     assert clean_completion(text, opening, "    ") == "\n    y = x\n    return y"
     blank = scope_for("    ", "", "auto")
-    assert clean_completion("a = 1\n    b = 2\n\n\n    c = 3\n", blank, "    ") == "a = 1\n    b = 2"
+    assert (
+        clean_completion("a = 1\n    b = 2\n\n\n    c = 3\n", blank, "    ") == "a = 1\n    b = 2"
+    )
     assert clean_completion("a\n  b\nc", scope_for("  ", "", "never"), "  ") == "a"
     braces = scope_for("if (x) {", "", "auto")
     assert clean_completion("\n  y();\n}\nz();\n", braces, "  ") == "\n  y();\n}"
