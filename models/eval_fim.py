@@ -159,10 +159,7 @@ class Predictors:
     """One sampler per method over one loaded model (each keeps its own KV session)."""
 
     def __init__(self, model_dir: Path, device: str) -> None:
-        from midword.engine.model.hf_loading import load_hf_model
-        from midword.engine.sample.fim import TEMPLATES, PromptedModel
-        from midword.engine.sample.sampling import ByteSampler
-        from midword.engine.tree.tables import load_engine
+        from midword.engine import TEMPLATES, ByteSampler, PromptedModel, load_engine, load_hf_model
 
         self.model = load_hf_model(model_dir, device=device, dtype="float32")
         self.engine = load_engine(str(model_dir))
@@ -174,7 +171,7 @@ class Predictors:
         }
 
     def predict(self, method: str, sample: Sample) -> str | None:
-        from midword.engine.sample.fim import move_sampler
+        from midword.engine import move_sampler
 
         prefix, suffix = sample.prefix.encode("utf-8"), sample.suffix.encode("utf-8")
         if method == "spm-naive":
@@ -189,7 +186,7 @@ class Predictors:
     def middle_nats(self, method: str, sample: Sample) -> float:
         """-log P(the middle's bytes | what the method sees), exactly (the covering tree's
         prefix probability after the middle minus the one before it)."""
-        from midword.engine.sample.fim import move_sampler
+        from midword.engine import move_sampler
 
         prefix, suffix = sample.prefix.encode("utf-8"), sample.suffix.encode("utf-8")
         middle = sample.middle.encode("utf-8")
