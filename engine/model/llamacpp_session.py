@@ -233,7 +233,13 @@ class LlamaCppSession(TreeScoringSession):
         for seq in kept_ids:  # frees every cell above the staying ones
             self.llama.seq_rm(seq)
         n_keep, n_stay = len(step.keep), int(stay.sum())
-        rows = [*np.flatnonzero(~stay).tolist(), *range(n_keep, len(lay.pos))]
+        rows = np.array(
+            [*np.flatnonzero(~stay).tolist(), *range(n_keep, len(lay.pos))], dtype=np.int64
+        )
+        # by position: llama.cpp refuses a batch whose positions go down within a sequence
+        # (a kept node evaluated again, deeper than a new trunk token that shares its ids),
+        # and a row's cell then lies above its ancestors' (parents have lower positions)
+        rows = rows[np.argsort(lay.pos[rows], kind="stable")]
         self._pos, self._tok, self._ids = lay.pos, lay.tok, {trunk_id, *leaf_ids}
         self._addr = np.array([ids_of(r)[0] for r in range(len(lay.pos))], dtype=np.int64)
         self._cell = np.empty(len(lay.pos), dtype=np.int64)
@@ -241,9 +247,15 @@ class LlamaCppSession(TreeScoringSession):
         self._cell[rows] = n_stay + np.arange(len(rows))  # llama.cpp fills free cells upwards
         again = len(rows) - len(step.tokens)  # kept rows evaluated again
         self.decodes += 1
-        logprobs = self.llama.decode(
-            lay.tok[rows], lay.pos[rows], [ids_of(r) for r in rows], again + step.logit_queries
+        at = np.empty(len(lay.pos), dtype=np.int64)
+        at[rows] = np.arange(len(rows))  # layout row -> its index in the batch
+        outputs = at[n_keep + np.asarray(step.logit_queries, dtype=np.int64)]
+        ascending = np.argsort(outputs, kind="stable")  # decode reads outputs in batch order
+        rows_out = self.llama.decode(
+            lay.tok[rows], lay.pos[rows], [ids_of(int(r)) for r in rows], outputs[ascending]
         )
+        logprobs = np.empty_like(rows_out)
+        logprobs[ascending] = rows_out  # back in the order of the step's queries
         self.inference_tokens += again  # the base counts the new tokens
         return logprobs
 

@@ -96,3 +96,24 @@ async def test_typing_and_editing_equal_a_fresh_session(
             shown += bool(served)
     assert checked == 5 and shown >= 3, (checked, shown)  # most checks compare real text
     buf.close()
+
+
+async def test_methods_in_turn_on_one_document(
+    session: Session, fresh: tuple[object, object]
+) -> None:
+    """As `midword demo` asks: the naive pipeline, then ByteSampler, at each cursor of a
+    file typed key by key (the naive trunk ends on a token the covering tree then splits:
+    llama.cpp once refused that batch, its positions going down within a sequence); each
+    ByteSampler item equals a fresh session's."""
+    from midword.cmd_demo import SAMPLE
+
+    buf = Buffer(session.client, "file:///tmp/demo.py", "")
+    for piece in SAMPLE.split("|")[:-1]:
+        for ch in piece:
+            buf.type(ch)
+        for method in ("naive", "bytesampler"):
+            session.configure({**OPTIONS, "model": str(SMOLLM2), "method": method})
+            served = (await buf.inline() or [""])[0]
+        assert served == expected_item(fresh, buf.text), buf.text[-40:]
+    session.configure({**OPTIONS, "model": str(SMOLLM2)})
+    buf.close()
