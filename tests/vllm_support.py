@@ -206,7 +206,7 @@ def stop_shared() -> None:
         _shared.stop()
 
 
-if __name__ == "__main__":  # start one by hand: python -m tests.test_vllm_support
+if __name__ == "__main__":  # start one by hand: python -m tests.vllm_support
     server = VLLMServer(vllm_python() or sys.exit(f"set {VLLM_PYTHON_ENV}"))
     server.start()
     server.wait_ready()

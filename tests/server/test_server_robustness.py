@@ -834,7 +834,7 @@ async def test_the_server_exits_when_its_stdio_client_dies_mid_request() -> None
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
-        "import asyncio, tests.test_server_robustness as t; asyncio.run(t.dying_client())",
+        "import asyncio, tests.server.test_server_robustness as t; asyncio.run(t.dying_client())",
         stdout=asyncio.subprocess.PIPE,
         cwd=ROOT,
     )
