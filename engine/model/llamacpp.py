@@ -133,9 +133,12 @@ class LlamaContext:
         ll = bindings()
         self.ll, self.model, self.params = ll, model, model.params
         cparams = ll.llama_context_default_params()
-        cparams.n_ctx = self.params.n_ctx
-        cparams.n_batch = self.params.n_ctx  # a whole prefill may go in one llama_decode
-        cparams.n_ubatch = min(self.params.n_ubatch, self.params.n_ctx)
+        # at least a cell per sequence id: llama.cpp raises a smaller n_ctx to n_seq_max
+        # itself, and a batch size left below it fails an assertion that aborts the process
+        cells = max(self.params.n_ctx, self.params.n_seq_max)
+        cparams.n_ctx = cells
+        cparams.n_batch = cells  # a whole prefill may go in one llama_decode
+        cparams.n_ubatch = min(self.params.n_ubatch, cells)
         cparams.n_seq_max = self.params.n_seq_max
         cparams.n_threads = cparams.n_threads_batch = self.params.n_threads
         cparams.kv_unified = True  # one cell may belong to many sequences (tree nodes)

@@ -262,6 +262,17 @@ def test_a_tree_wider_than_the_sequence_ids(tiny_files) -> None:
         check_rows(model, session, trunk, paths, session.logprobs(trunk, paths))
 
 
+def test_a_context_shorter_than_the_sequence_ids(tiny_files) -> None:
+    """A model trained on fewer positions than there are sequence ids (64 < 256): the
+    context gets a cell per id (llama.cpp raised n_ctx itself and then aborted the whole
+    process on its batch size) and scores exactly; the positions stay the model's."""
+    model = load_llamacpp_model(tiny_files["Q8_0"], n_ctx=64, n_threads=THREADS)
+    assert model.context_length == 64
+    session = model.session(bos_id=0)
+    trunk, paths = [5, 6, 7], [(), (10,), (10, 11)]
+    check_rows(model, session, trunk, paths, session.logprobs(trunk, paths))
+
+
 # ------------------------------------------------------------------ stopping inside a decode
 def stopper(after: int):
     """A should_stop that turns true at its `after`-th call."""
