@@ -106,7 +106,7 @@ class RemoteModels:
         self._lock = threading.Lock()
         self._retrying: threading.Thread | None = None
         self._closed = threading.Event()
-        self.backend_name = "vllm"  # what the status and midword/inspect name
+        self.backend_name = "vllm"  # what the status and midword/inspect name (no model yet)
 
     # ------------------------------------------------------------------ Backend
     def document(self) -> RemoteDocument:

@@ -329,10 +329,9 @@ def _within(settings: Settings, room: int) -> Settings:
 
 
 def backend_name(model: Any) -> str:
-    """What computes ``model``, as the status and ``midword/inspect`` name it: "llamacpp",
-    "vllm" (a remote engine) or "torch"."""
-    kind = type(model).__name__
-    return {"LlamaCppModel": "llamacpp", "VLLMModel": "vllm"}.get(kind, "torch")
+    """What computes ``model``, as the status and ``midword/inspect`` name it: the model's
+    own ``backend`` ("torch", "llamacpp", "vllm"; "" for a test double)."""
+    return str(getattr(model, "backend", ""))
 
 
 class SingleModel:
@@ -343,10 +342,9 @@ class SingleModel:
         model: Any,
         engine: Engine,
         fim: FimTemplate | None = None,
-        backend_name: str = "torch",
     ) -> None:
         self.model, self.engine, self.fim = model, engine, fim
-        self.backend_name = backend_name  # what computes the model: "torch", "llamacpp" ...
+        self.backend_name = backend_name(model)  # what computes it: "torch", "llamacpp" ...
         self._specials = tuple(a.content for a in engine.tok.added)  # asked every request
         # positions the model takes (an in-process model's config; a remote engine keeps
         # its prompts within its own context itself)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the engine (numpy, torch) is imported on first use, not at startup
     from midword.engine import Engine
 
-from .live import Backend, EnsembleModels, SingleModel, backend_name
+from .live import Backend, EnsembleModels, SingleModel
 from .options import ServerOptions
 
 __all__ = ["WARMUP_PREFIX", "default_model_dir", "load_backend", "short_name", "usable_device"]
@@ -96,7 +96,7 @@ def load_backend(options: ServerOptions, names: list[str], on_progress: Progress
     if not options.ensemble:
         model, engine = _load_parts(options, names[0], 0, 1, on_progress)
         template = fim_template(options.fim, model, engine)
-        return SingleModel(model, engine, template, backend_name(model))
+        return SingleModel(model, engine, template)
     from midword.engine import check_weights
 
     weights = options.ensemble_weights or (1.0,) * len(names)
@@ -140,17 +140,18 @@ def _load_parts(
         on_progress(message + which, (100 * k + percent) // n)
 
     progress("loading the model", 0)
-    if choose_backend(name, options.backend).backend == "torch":
+    choice = choose_backend(name, options.backend)
+    if choice.note:
+        log.warning("%s", choice.note)
+    if choice.backend == "torch":
         _quiet_transformers()  # (imports torch: not for a model llama.cpp runs)
     loaded = load_scoring_model(  # torch + a GGUF file: its cached conversion (made once)
         name,
-        backend=options.backend,
+        backend=choice.backend,
         device=options.device,
         dtype=options.dtype,
         progress=lambda message, pct: progress(f"{message} {pct}%", pct * 50 // 100),
     )
-    if loaded.choice.note:
-        log.warning("%s", loaded.choice.note)
     model = loaded.model
     progress("reading the tokenizer", 50)
     engine = engine_for(load_tokenizer(loaded.tokenizer_source))  # (SentencePiece: own kind)

@@ -27,13 +27,9 @@ from typing import Any
 from ..errors import BackendError
 from ..gguf.convert import Progress
 from .files import is_gguf_file, prepare_model
+from .llamacpp import INSTALL_HINT
 
 BACKENDS = ("auto", "llamacpp", "torch")
-LLAMACPP_VERSION = "0.3.36"  # the version midword is tested with (.ci/llamacpp_setup)
-INSTALL_LLAMACPP = (
-    f"`make install`, or `pip install llama-cpp-python=={LLAMACPP_VERSION}` "
-    "(compiles llama.cpp, ~5 minutes)"
-)
 
 
 @dataclass(frozen=True)
@@ -65,7 +61,7 @@ def choose_backend(name: str | Path, backend: str = "auto") -> BackendChoice:
                 "(use --backend torch or auto)"
             )
         if not llamacpp_available():
-            raise BackendError(f"llama-cpp-python is not installed: {INSTALL_LLAMACPP}")
+            raise BackendError(INSTALL_HINT)
         return BackendChoice("llamacpp")
     if not gguf:
         return BackendChoice("torch")
@@ -73,8 +69,7 @@ def choose_backend(name: str | Path, backend: str = "auto") -> BackendChoice:
         return BackendChoice("llamacpp")
     return BackendChoice(
         "torch",
-        f"llama-cpp-python is not installed, so {Path(name).name} runs on torch from a "
-        f"float32 copy (slower, more memory); to run it on llama.cpp: {INSTALL_LLAMACPP}",
+        f"{Path(name).name} runs on torch from a float32 copy (slower, more memory): {INSTALL_HINT}",
     )
 
 

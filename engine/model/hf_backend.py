@@ -71,6 +71,8 @@ class HFModel:
         (3, 300)
     """
 
+    backend = "torch"  # what computes it (the server's status names it)
+
     def __init__(self, model: PreTrainedModel, name: str = "") -> None:
         impl = getattr(model.config, "_attn_implementation", None)
         if impl not in _MASKABLE_ATTENTION:

@@ -2,15 +2,7 @@
 checkpoint (a directory or the local Hugging Face cache; never downloads), checks it is a
 causal LM whose architecture takes the tree mask (`tree_mask_plan`), loads its weights in
 the asked dtype onto the asked device, and wraps it in an `HFModel`. Every failure is a
-one-line `BackendError`.
-
-Example:
-    >>> try:
-    ...     load_hf_model("/no/such/model")
-    ... except BackendError as exc:
-    ...     print(exc)
-    model directory not found: /no/such/model
-    >>> model = load_hf_model("models/tiny", dtype="float32")       # doctest: +SKIP
+one-line `BackendError` (`load_hf_model`'s docstring has the example).
 
 torch and transformers are imported lazily (inside functions).
 """

@@ -310,6 +310,8 @@ class LlamaCppModel:
     one more for `sequence_logprobs`.
     """
 
+    backend = "llamacpp"  # what computes it (the server's status names it)
+
     def __init__(self, handle: Any, name: str, params: ContextParams) -> None:
         ll = bindings()
         self.ll, self.handle, self.name, self.params = ll, handle, name, params

@@ -46,6 +46,8 @@ class VLLMModel:
     room for the tree's depth and the generated tokens).
     """
 
+    backend = "vllm"  # what computes it (the server's status names it)
+
     def __init__(
         self,
         client: VLLMClient,

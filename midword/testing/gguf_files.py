@@ -9,13 +9,11 @@ in F32, F16, Q8_0 or Q4_0 (norms and biases stay F32, as the converter keeps the
 Example (a tiny shape on the shipped model's tokenizer):
     >>> import tempfile, pathlib
     >>> from midword.models import shipped_test_model
-    >>> shape = dict(vocab_size=4096, hidden_size=64, intermediate_size=128,
-    ...              num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-    ...              max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-6,
-    ...              tie_word_embeddings=True, bos_token_id=0, eos_token_id=0)
+    >>> from midword.testing.shapes import TINY_SHIPPED
     >>> with tempfile.TemporaryDirectory() as d:
     ...     path = pathlib.Path(d) / "tiny.gguf"
-    ...     size = write_qwen2_gguf(path, shape, shipped_test_model() / "tokenizer.json", "Q8_0")
+    ...     tok = shipped_test_model() / "tokenizer.json"
+    ...     size = write_qwen2_gguf(path, TINY_SHIPPED, tok, "Q8_0")
     ...     path.read_bytes()[:4], size > 100_000
     (b'GGUF', True)
 """

@@ -9,7 +9,7 @@ without downloading anything (benchmarks/bench_real_size.py, benchmarks/bench_cu
 
 from __future__ import annotations
 
-__all__ = ["QUICK", "QWEN25_CODER_05B", "QWEN25_CODER_15B"]
+__all__ = ["QUICK", "QWEN25_CODER_05B", "QWEN25_CODER_15B", "TINY_SHIPPED"]
 
 # Qwen2.5-Coder-0.5B (Qwen2Config): about 494M parameters with its 151,936-token vocabulary
 QWEN25_CODER_05B = dict(
@@ -38,3 +38,17 @@ QWEN25_CODER_15B = dict(
 )
 # a smoke-test shrink of either (the vocabulary stays real-sized)
 QUICK = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+# a one-layer toy on the shipped model's 4,096-token vocabulary (GGUF files written by tests)
+TINY_SHIPPED = dict(
+    QWEN25_CODER_05B,
+    vocab_size=4096,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    rope_theta=10000.0,
+    bos_token_id=0,
+    eos_token_id=0,
+)

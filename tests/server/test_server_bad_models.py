@@ -16,30 +16,17 @@ import pytest
 
 from midword.models import shipped_test_model
 from midword.testing.gguf_files import write_qwen2_gguf
+from midword.testing.shapes import TINY_SHIPPED
 
 from .test_server_robustness import raw_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-TINY = dict(
-    vocab_size=4096,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-    bos_token_id=0,
-    eos_token_id=0,
-)
 TOKENIZER = shipped_test_model() / "tokenizer.json"
 
 
 def tiny_gguf(path: Path, pre: str = "qwen2") -> Path:
-    write_qwen2_gguf(path, TINY, TOKENIZER, "Q8_0", pre=pre)
+    write_qwen2_gguf(path, TINY_SHIPPED, TOKENIZER, "Q8_0", pre=pre)
     return path
 
 
