@@ -37,8 +37,6 @@ forward passes apart.
 
     python benchmarks/bench_editor_path.py [--model M] [--backends llamacpp,torch] [--spots 4]
 
->>> percentile([3.0, 1.0, 2.0, 4.0], 0.5)
-3.0
 >>> common_prefix([1, 2, 3], [1, 2, 4, 5])
 2
 """
@@ -60,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from midword.testing.timing import percentile
+
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SOURCES = ("argparse.py", "contextlib.py", "dataclasses.py", "functools.py")
 URI = "file:///bench/editor_path.py"
@@ -68,12 +68,6 @@ ANSWER_LOG = re.compile(
     r"model (?P<model>[\d.]+), post (?P<post>[\d.]+)\); leaf p=\S+; "
     r"tokens (?P<tokens>\d+) \(tree (?P<tree>\d+)\)"
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The value at quantile ``q`` (nearest rank, upper)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

