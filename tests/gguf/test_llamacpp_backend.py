@@ -390,6 +390,43 @@ def test_greedy_completions_equal_a_fresh_sessions(tiny_sampling, tiny) -> None:
 
 
 # ------------------------------------------------------------------ errors
+@pytest.mark.parametrize(
+    ("method", "mode"),
+    [("naive", "pbp"), ("healing1", "pbp"), ("healing4", "pbp"), ("bytesampler", "bytes")],
+)
+def test_every_method_runs_on_llamacpp(tiny_sampling, tiny, method: str, mode: str) -> None:
+    """The baselines and byte mode on llama.cpp: a session that kept its cache from other
+    prefixes gives the completion a fresh one gives."""
+    from midword.engine import Completer, Settings
+
+    engine, model = tiny_sampling[0], tiny["Q8_0"]
+    settings = Settings(method=method, mode=mode, max_tokens=8)
+    warm = Completer(model, engine)
+    warm.complete(b"import os\nimport sys\n", settings)  # a cache of another prefix
+    for prefix in (b"def fib(n):\n    ret", b"x = 12"):
+        got = warm.complete(prefix, settings)
+        assert got.text == Completer(model, engine).complete(prefix, settings).text
+        assert got.data, (method, mode, prefix)
+
+
+def test_fim_and_ensembles_run_on_llamacpp(tiny_sampling, tiny) -> None:
+    """Fill-in-the-middle (the shipped tokenizer's qwen template) and a byte-level ensemble
+    of two llama.cpp models: both complete, the ensemble of a model with itself exactly as
+    the model alone in byte mode (mix of equal distributions is the distribution)."""
+    from midword.engine import Completer, Ensemble, FimCompleter, Settings, resolve_fim
+
+    engine, model = tiny_sampling[0], tiny["Q8_0"]
+    template = resolve_fim("qwen", engine.tok, {})
+    fim = FimCompleter(model, engine, template)
+    middle = fim.complete(b"def f(x):\n    re", b"\n    return y\n", Settings(max_tokens=6))
+    assert middle.data and middle.tokens > 0
+    prefix = b"def fib(n):\n    ret"
+    ensemble = Ensemble([(model, engine), (tiny["F32"], engine)], [1.0, 0.0])
+    settings = Settings(mode="bytes", max_bytes=12, max_tokens=12)
+    alone = Completer(model, engine).complete(prefix, settings)
+    assert ensemble.complete(prefix, settings).data == alone.data
+
+
 def test_loading_errors_are_one_line(tmp_path: Path, capfd) -> None:
     with pytest.raises(BackendError, match="model file not found"):
         load_llamacpp_model(tmp_path / "none.gguf")
