@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["write_qwen2_gguf"]
+__all__ = ["write_bytelevel_tokenizer", "write_qwen2_gguf"]
 
 NORMAL, UNUSED, CONTROL, USER_DEFINED = 1, 5, 3, 4  # llama.cpp's token types
 _LAYER = {  # GGUF tensor -> (rows, columns) as functions of the shape; None: a vector
@@ -56,7 +56,9 @@ def write_qwen2_gguf(
     w = gguf.GGUFWriter(str(path), "qwen2")
     _write_hparams(w, shape)
     spec = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))
-    _write_tokenizer(w, spec, shape, pre)
+    bos, eos = shape["bos_token_id"], shape["eos_token_id"]
+    write_bytelevel_tokenizer(w, spec, pre, shape["vocab_size"], bos, eos)
+    w.add_add_bos_token(False)  # Qwen2.5 files: no BOS in front of a prompt
     dims = _dims(shape)
     _add(w, "token_embd.weight", _normal(rng, (shape["vocab_size"], dims["hidden"])), qtype)
     for layer in range(shape["num_hidden_layers"]):
@@ -97,22 +99,24 @@ def _write_hparams(w: Any, shape: dict[str, Any]) -> None:
     w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
 
 
-def _write_tokenizer(w: Any, spec: dict[str, Any], shape: dict[str, Any], pre: str) -> None:
-    """tokenizer.ggml.*: tokens by id up to the model's vocabulary (gaps as UNUSED
-    ``[PAD<id>]``), special added tokens as CONTROL, others USER_DEFINED, merges 'a b'."""
+def write_bytelevel_tokenizer(
+    w: Any, spec: dict[str, Any], pre: str, size: int = 0, bos: int = 0, eos: int = 0
+) -> None:
+    """The ``tokenizer.ggml.*`` keys llama.cpp's converter writes for a byte-level BPE
+    tokenizer.json: tokens by id up to ``size`` (at least the file's; gaps as UNUSED
+    ``[PAD<id>]``), special added tokens as CONTROL, other added tokens as USER_DEFINED,
+    merges as 'a b'."""
     by_id = {i: (t, NORMAL) for t, i in spec["model"]["vocab"].items()}
     for a in spec.get("added_tokens", []):
         by_id[a["id"]] = (a["content"], CONTROL if a["special"] else USER_DEFINED)
-    size = max(shape["vocab_size"], max(by_id) + 1)
-    tokens = [by_id.get(i, (f"[PAD{i}]", UNUSED)) for i in range(size)]
+    tokens = [by_id.get(i, (f"[PAD{i}]", UNUSED)) for i in range(max(size, max(by_id) + 1))]
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     w.add_token_list([t for t, _ in tokens])
     w.add_token_types([k for _, k in tokens])
     w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]])
-    w.add_bos_token_id(shape["bos_token_id"])
-    w.add_eos_token_id(shape["eos_token_id"])
-    w.add_add_bos_token(False)  # Qwen2.5 files: no BOS in front of a prompt
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(eos)
 
 
 def _normal(rng: np.random.Generator, dims: tuple[int, ...]) -> np.ndarray:

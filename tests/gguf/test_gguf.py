@@ -21,6 +21,8 @@ from midword.engine.gguf import convert as mg
 from midword.engine.model.files import is_gguf_file, prepare_model, storage_dtype
 from tokenizers import Tokenizer
 
+from midword.testing.gguf_files import write_bytelevel_tokenizer
+
 from ..gguf_support import norms_away_from_one, write_shape
 
 gguf = pytest.importorskip("gguf")
@@ -38,24 +40,8 @@ EXTRA_TEXTS = [
 
 # ------------------------------------------------------------------ writing GGUF files
 def write_tokenizer_metadata(w: gguf.GGUFWriter, spec: dict, pre: str) -> None:
-    """The ``tokenizer.ggml.*`` keys llama.cpp's converter writes for a byte-level BPE
-    tokenizer.json: tokens by id (gaps as UNUSED ``[PAD<id>]``), special added tokens as
-    CONTROL, other added tokens as USER_DEFINED, merges as 'a b'."""
-    by_id: dict[int, tuple[str, int]] = {
-        i: (t, mg.NORMAL) for t, i in spec["model"]["vocab"].items()
-    }
-    for a in spec["added_tokens"]:
-        by_id[a["id"]] = (a["content"], mg.CONTROL if a["special"] else mg.USER_DEFINED)
-    size = max(by_id) + 1
-    tokens = [by_id.get(i, (f"[PAD{i}]", mg.UNUSED)) for i in range(size)]
-    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(pre)
-    w.add_token_list([t for t, _ in tokens])
-    w.add_token_types([k for _, k in tokens])
-    w.add_token_merges(merges)
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(0)
+    """The ``tokenizer.ggml.*`` keys llama.cpp's converter writes (BOS and EOS id 0)."""
+    write_bytelevel_tokenizer(w, spec, pre)
 
 
 def permute_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
