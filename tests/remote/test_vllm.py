@@ -36,6 +36,7 @@ from ..lm_oracle import LMOracle
 from ..vllm_support import (
     API_KEY,
     MODEL_DIR,
+    REQUEST_TIMEOUT_S,
     SERVED_NAME,
     VLLMServer,
     free_port,
@@ -65,7 +66,9 @@ def engine():
 
 @pytest.fixture(scope="module")
 def remote(vllm: VLLMServer, engine) -> Iterator[VLLMModel]:
-    model = connect_vllm(vllm.url, engine, model_dir=MODEL_DIR, api_key=API_KEY)
+    model = connect_vllm(
+        vllm.url, engine, model_dir=MODEL_DIR, api_key=API_KEY, timeout=REQUEST_TIMEOUT_S
+    )
     yield model
     model.close()
 
@@ -104,7 +107,7 @@ def test_api_key_comes_from_the_environment(
     vllm: VLLMServer, engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(API_KEY_ENV, API_KEY)
-    connect_vllm(vllm.url, engine).close()
+    connect_vllm(vllm.url, engine, timeout=REQUEST_TIMEOUT_S).close()
 
 
 # ------------------------------------------------------------------ rows
@@ -132,7 +135,9 @@ def test_concurrent_mixed_requests_give_whole_rows(vllm: VLLMServer, engine) -> 
     """Several clients at once, asking full rows, top ids and chosen ids: vLLM batches
     them together, and a batch with chosen ids shortens the others' rows; every row
     that comes back is the one asked for (short ones are asked again)."""
-    models = [connect_vllm(vllm.url, engine, api_key=API_KEY) for _ in range(3)]
+    models = [
+        connect_vllm(vllm.url, engine, api_key=API_KEY, timeout=REQUEST_TIMEOUT_S) for _ in range(3)
+    ]
     prompts = [[0, 312, 1699 + i] for i in range(6)]
     reference = models[0].full_rows(prompts)
     chosen_ids = list(range(40, 140))
