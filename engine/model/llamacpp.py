@@ -45,7 +45,13 @@ INSTALL_HINT = (
 )
 DEFAULT_N_CTX = 4096  # cap on the context taken from the model's training length
 N_SEQ_MAX = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids a context may use
-N_UBATCH = 128  # physical batch: its logits buffer is n_ubatch x vocabulary (128: 74 MiB at 151k)
+# Rows per llama_decode (one physical batch). llama.cpp's CPU kernels give a row the same
+# values whatever batch it is in only on some paths, so every decode stays on them (see
+# `LlamaContext.decode`): below 64 rows (flash attention's tiled kernel, which rounds
+# differently, takes 64 query rows or more) and never one row or one output alone (a
+# lone query row over 512 or more cells takes the split-KV kernel, which sums per thread,
+# and a lone matrix row skips llamafile's sgemm, which the other rows take).
+N_UBATCH = 32
 FLASH_ATTN_ENABLED = 1  # llama.cpp's LLAMA_FLASH_ATTN_TYPE_ENABLED
 LOG_ENV = "MIDWORD_LLAMA_LOG"  # "1": llama.cpp's log lines go to stderr
 _GGML_LOG_LEVEL_ERROR = 4
@@ -135,10 +141,14 @@ class LlamaContext:
         cparams = ll.llama_context_default_params()
         # at least a cell per sequence id: llama.cpp raises a smaller n_ctx to n_seq_max
         # itself, and a batch size left below it fails an assertion that aborts the process
-        cells = max(self.params.n_ctx, self.params.n_seq_max)
+        # (and one more for the scratch row that keeps a decode from holding a lone row)
+        cells = max(self.params.n_ctx + 1, self.params.n_seq_max)
         cparams.n_ctx = cells
-        cparams.n_batch = cells  # a whole prefill may go in one llama_decode
-        cparams.n_ubatch = min(self.params.n_ubatch, cells)
+        self.rows_per_decode = max(1, min(self.params.n_ubatch, cells) - 1)
+        cparams.n_ubatch = self.rows_per_decode + 1  # + the scratch row
+        # llama.cpp keeps logits for at least n_seq_max rows and asserts that n_batch
+        # allows that many outputs
+        cparams.n_batch = max(cparams.n_ubatch, self.params.n_seq_max)
         cparams.n_seq_max = self.params.n_seq_max
         cparams.n_threads = cparams.n_threads_batch = self.params.n_threads
         cparams.kv_unified = True  # one cell may belong to many sequences (tree nodes)
@@ -156,7 +166,9 @@ class LlamaContext:
                 f"{model.name}: {_take_error() or 'out of memory?'}"
             )
         self.memory = ll.llama_get_memory(self.ctx)
-        self.n_seq_max = int(ll.llama_n_seq_max(self.ctx))
+        # the last sequence id holds the scratch row alone; callers use the others
+        self.scratch_seq = int(ll.llama_n_seq_max(self.ctx)) - 1
+        self.n_seq_max = self.scratch_seq
         self._batch_size = 0
         self._batch: Any = None
         self._abort: Any = None  # the installed ctypes abort callback (kept alive)
@@ -205,23 +217,61 @@ class LlamaContext:
 
         Raises ForwardStopped when the abort callback stopped it (the cache may then hold
         part of the batch: the caller cuts it), BackendError for any other failure.
+
+        Why the batch goes in slices of `rows_per_decode`, with a scratch row where a slice
+        would hold one row or ask one output: a row's values must not depend on what else
+        is in its batch (the session evaluates a text in other slices than a fresh context
+        does, and must give the same log-probs). llama.cpp's CPU kernels keep a row's
+        values only on some paths: flash attention's vector kernel (fewer than 64 query
+        rows; not its split-KV form, which a lone query row over 512 cells takes) and,
+        for matrix products, llamafile's sgemm wherever it applies (not for a lone row).
+        The scratch row (the last token again, at position 0 of the scratch sequence,
+        with an output) is removed after the decode; it costs one row of compute.
         """
         n = len(tokens)
         if n == 0:
             return np.zeros((0, self.model.vocab_size), dtype=np.float64)
         if n > self.params.n_ctx:
             raise BackendError(f"{n} tokens in one call exceed the context ({self.params.n_ctx})")
-        batch = self._batch_for(n)
         want = np.zeros(n, dtype=np.int8)
         want[np.asarray(outputs, dtype=np.int64)] = 1
+        tokens, positions = np.asarray(tokens, np.int64), np.asarray(positions, np.int64)
+        parts = []
+        for start in range(0, n, self.rows_per_decode):
+            end = min(n, start + self.rows_per_decode)
+            part = slice(start, end)
+            parts.append(self._decode_slice(tokens[part], positions[part], seqs[part], want[part]))
+        return np.concatenate(parts)
+
+    def _decode_slice(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        seqs: Sequence[Sequence[int]],
+        want: np.ndarray,
+    ) -> np.ndarray:
+        """One llama_decode of at most `rows_per_decode` rows (plus the scratch row where
+        the slice has one row or one output); the log-softmax of its wanted rows."""
+        outputs = np.flatnonzero(want)
+        pad = len(tokens) == 1 or len(outputs) == 1
+        if pad:
+            tokens = np.append(tokens, tokens[-1])
+            positions = np.append(positions, 0)
+            seqs = [*seqs, (self.scratch_seq,)]
+            want = np.append(want, np.int8(1))
+        batch = self._batch_for(len(tokens))
         _fill_batch(batch, tokens, positions, seqs, want)
-        code = int(self.ll.llama_decode(self.ctx, batch))
-        if code == 2:
-            raise ForwardStopped("llama.cpp stopped inside a decode")
-        if code != 0:
-            why = "no room in the KV cache" if code == 1 else _take_error() or "failed"
-            raise BackendError(f"llama.cpp decode returned {code}: {why}")
-        return self._logprobs(outputs)
+        try:
+            code = int(self.ll.llama_decode(self.ctx, batch))
+            if code == 2:
+                raise ForwardStopped("llama.cpp stopped inside a decode")
+            if code != 0:
+                why = "no room in the KV cache" if code == 1 else _take_error() or "failed"
+                raise BackendError(f"llama.cpp decode returned {code}: {why}")
+            return self._logprobs(outputs)
+        finally:
+            if pad:
+                self.seq_rm(self.scratch_seq)
 
     def _logprobs(self, outputs: Sequence[int]) -> np.ndarray:
         vocab = self.model.vocab_size
