@@ -45,13 +45,19 @@ INSTALL_HINT = (
 )
 DEFAULT_N_CTX = 4096  # cap on the context taken from the model's training length
 N_SEQ_MAX = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids a context may use
-# Rows per llama_decode (one physical batch). llama.cpp's CPU kernels give a row the same
-# values whatever batch it is in only on some paths, so every decode stays on them (see
-# `LlamaContext.decode`): below 64 rows (flash attention's tiled kernel, which rounds
-# differently, takes 64 query rows or more) and never one row or one output alone (a
-# lone query row over 512 or more cells takes the split-KV kernel, which sums per thread,
-# and a lone matrix row skips llamafile's sgemm, which the other rows take).
-N_UBATCH = 32
+N_UBATCH = 128  # physical batch: its logits buffer is n_ubatch x vocabulary (128: 74 MiB at 151k)
+# ggml types of the KV cache: K in BF16, V in F16 (llama.cpp's default is F16 for both).
+# Flash attention's vector kernel gives a query row the same values in any batch; its
+# tiled kernel (64 query rows or more) and split-KV kernel (a lone query row over 512
+# cells, summed per thread) round differently, and ggml takes them only when K and V
+# share an F16 or F32 type (an F32 one is cast to F16 first, so it would not do). BF16
+# keys cost little: an F32 file stays within 2.6e-4 of torch (F16 keys: 2.4e-4; BF16
+# values instead: 9.3e-4).
+GGML_TYPE_F16, GGML_TYPE_BF16 = 1, 30
+# general.file_type values whose matrices are floats (F32, F16, BF16): llamafile's sgemm
+# takes their products for two rows or more and not for a lone row, which then rounds
+# differently, so decodes of such files never hold a lone row or ask one row's logits
+FLOAT_FILE_TYPES = frozenset({0, 1, 32})
 FLASH_ATTN_ENABLED = 1  # llama.cpp's LLAMA_FLASH_ATTN_TYPE_ENABLED
 LOG_ENV = "MIDWORD_LLAMA_LOG"  # "1": llama.cpp's log lines go to stderr
 _GGML_LOG_LEVEL_ERROR = 4
@@ -149,6 +155,8 @@ class LlamaContext:
         # llama.cpp keeps logits for at least n_seq_max rows and asserts that n_batch
         # allows that many outputs
         cparams.n_batch = max(cparams.n_ubatch, self.params.n_seq_max)
+        cparams.type_k, cparams.type_v = GGML_TYPE_BF16, GGML_TYPE_F16  # see GGML_TYPE_BF16
+        self.pad_lone_rows = model.float_matrices
         cparams.n_seq_max = self.params.n_seq_max
         cparams.n_threads = cparams.n_threads_batch = self.params.n_threads
         cparams.kv_unified = True  # one cell may belong to many sequences (tree nodes)
@@ -218,15 +226,15 @@ class LlamaContext:
         Raises ForwardStopped when the abort callback stopped it (the cache may then hold
         part of the batch: the caller cuts it), BackendError for any other failure.
 
-        Why the batch goes in slices of `rows_per_decode`, with a scratch row where a slice
-        would hold one row or ask one output: a row's values must not depend on what else
-        is in its batch (the session evaluates a text in other slices than a fresh context
-        does, and must give the same log-probs). llama.cpp's CPU kernels keep a row's
-        values only on some paths: flash attention's vector kernel (fewer than 64 query
-        rows; not its split-KV form, which a lone query row over 512 cells takes) and,
-        for matrix products, llamafile's sgemm wherever it applies (not for a lone row).
-        The scratch row (the last token again, at position 0 of the scratch sequence,
-        with an output) is removed after the decode; it costs one row of compute.
+        A row's values must not depend on what else is in its batch: the session
+        evaluates a text in other batches than a fresh context does, and must give the
+        same log-probs. llama.cpp's CPU kernels keep a row's values only on some paths:
+        flash attention's vector kernel (the KV types keep it there: `GGML_TYPE_BF16`)
+        and, for a file of float matrices, llamafile's sgemm, which skips a lone row. So
+        the batch goes in slices of `rows_per_decode` rows, and for such a file a slice
+        that would hold one row or ask one row's logits gets a scratch row beside it
+        (the last token again, at position 0 of the scratch sequence, with its logits),
+        removed after the decode: one more row of compute.
         """
         n = len(tokens)
         if n == 0:
@@ -251,9 +259,9 @@ class LlamaContext:
         want: np.ndarray,
     ) -> np.ndarray:
         """One llama_decode of at most `rows_per_decode` rows (plus the scratch row where
-        the slice has one row or one output); the log-softmax of its wanted rows."""
+        `decode` says); the log-softmax of its wanted rows."""
         outputs = np.flatnonzero(want)
-        pad = len(tokens) == 1 or len(outputs) == 1
+        pad = self.pad_lone_rows and (len(tokens) == 1 or len(outputs) == 1)
         if pad:
             tokens = np.append(tokens, tokens[-1])
             positions = np.append(positions, 0)
@@ -346,6 +354,17 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return x
 
 
+def _meta_int(ll: Any, handle: Any, key: str) -> int | None:
+    """An integer metadata value of the loaded model (None when absent or not a number)."""
+    buf = ctypes.create_string_buffer(64)
+    if ll.llama_model_meta_val_str(handle, key.encode(), buf, len(buf)) < 0:
+        return None
+    try:
+        return int(buf.value.decode())
+    except ValueError:
+        return None
+
+
 def _token_or_none(value: int) -> int | None:
     return int(value) if value >= 0 else None
 
@@ -373,6 +392,8 @@ class LlamaCppModel:
         self.bos_token_id = _token_or_none(int(ll.llama_vocab_bos(self.vocab)))
         self.eos_token_id = _token_or_none(int(ll.llama_vocab_eos(self.vocab)))
         self.device = "cpu"
+        file_type = _meta_int(ll, handle, "general.file_type")
+        self.float_matrices = file_type is None or file_type in FLOAT_FILE_TYPES
         self._oracle: LlamaContext | None = None
         self._oracle_lock = threading.Lock()
 

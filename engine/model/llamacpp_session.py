@@ -11,9 +11,9 @@ a covering tree maps onto cells like this (docs/design.md, "trunk and trie"):
   node's cell carries the ids of every leaf below it, and a trunk cell carries the
   trunk's own id and every leaf id. A branch's id is then one context, the trunk plus
   the nodes down to its leaf, with one cell per position, as llama.cpp requires;
-* all new tokens (trunk and nodes) go in one batch (`LlamaContext.decode`, which sends
-  it in slices of at most 31 rows: see there why); new trunk tokens list the trunk id
-  first (they see the trunk), a node lists one of its leaves first.
+* all new tokens (trunk and nodes) go in one batch (`LlamaContext.decode`, in slices of
+  at most 127 rows); new trunk tokens list the trunk id first (they see the trunk), a
+  node lists one of its leaves first.
 
 Cells form a stack: rows sit in cells 0..R-1 in the order they were evaluated (parents
 before children), so every context's cells lie in position order. That makes a tree
