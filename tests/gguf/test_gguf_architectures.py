@@ -677,6 +677,7 @@ def test_complete_accepts_a_gemma3_file(tmp_path: Path) -> None:
     file = write_like_llama_cpp(tmp_path / f"{arch}.gguf", build(arch, 6), "Q8_0")
     env = {**os.environ, "MIDWORD_CACHE": str(tmp_path / "cache")}
     cmd = [sys.executable, "-m", "midword", "complete", "--model", str(file), "--device", "cpu"]
+    cmd += ["--backend", "torch"]  # the conversion is what this checks (auto: llama.cpp)
     cmd += ["--max-tokens", "3", "--json", "def ma"]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
