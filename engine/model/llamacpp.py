@@ -249,7 +249,7 @@ class LlamaContext:
             end = min(n, start + self.rows_per_decode)
             part = slice(start, end)
             parts.append(self._decode_slice(tokens[part], positions[part], seqs[part], want[part]))
-        return np.concatenate(parts)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)  # a token: no copy
 
     def _decode_slice(
         self,
