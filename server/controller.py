@@ -15,7 +15,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -165,8 +165,12 @@ class Controller:
         self.host.close(uri)
 
     # ------------------------------------------------------------------ completions
-    async def inline(self, uri: str, line: int, character: int, invoked: bool) -> list[InlineItem]:
-        """Inline completions at a position: one item (Automatic) or up to maxItems (Invoked).
+    async def inline(
+        self, uri: str, line: int, character: int, invoked: bool, candidates: Sequence[str] = ()
+    ) -> list[InlineItem]:
+        """Inline completions at a position: one item (Automatic) or up to maxItems (Invoked);
+        ``candidates`` are names the editor knows there (the next name is one of them when
+        the model gives them enough probability: engine/sample/guided.py).
 
         Empty when the document changed before the answer was ready: the answer and its
         position belong to the version the request was made against (see `_Asked`).
@@ -187,17 +191,25 @@ class Controller:
             return []
         scope = self._scope(asked, self.options.multiline)
         items = self.options.max_items if invoked else 1
-        answer = await self._run(asked, scope, items)
+        answer = await self._run(asked, scope, items, tuple(candidates))
         if not self._still(asked):
             return []
-        found = self._items(asked, _without_repeats(asked, answer.texts))
+        found = self._items(asked, _without_repeats(asked, answer.texts), answer.guided)
         self._typed.shown(uri, asked.edits, asked.cursor, found[0].text if found else "")
         return found
 
-    def _items(self, asked: _Asked, texts: list[str]) -> list[InlineItem]:
+    def _items(self, asked: _Asked, texts: list[str], guided: bool = False) -> list[InlineItem]:
         column = from_index(asked.body, asked.cursor.index, self.encoding)
         method, context = item_tags(self.options, asked.line_prefix)
-        return [InlineItem(t, asked.cursor.line, column, method, context) for t in texts]
+        methods = [method] * len(texts)
+        if guided and texts:  # only the first text is guided (the rest: invoked extra samples)
+            from midword.engine import GUIDED_METHOD  # loaded with the model by now
+
+            methods[0] = GUIDED_METHOD
+        return [
+            InlineItem(t, asked.cursor.line, column, m, context)
+            for t, m in zip(texts, methods, strict=True)
+        ]
 
     async def _debounced(self, asked: _Asked, ask: int) -> bool:
         """Wait for typing to pause (server/debounce.py); False when the request was
@@ -212,9 +224,12 @@ class Controller:
         log.debug("superseded while it waited %.0f ms for typing to pause", wait * 1e3)
         return False
 
-    async def completion_list(self, uri: str, line: int, character: int) -> list[EditItem]:
+    async def completion_list(
+        self, uri: str, line: int, character: int, candidates: Sequence[str] = ()
+    ) -> list[EditItem]:
         """Completion-list fallback: the completed identifier, then the rest of the line
-        (empty when the document changed meanwhile, as for `inline`)."""
+        (empty when the document changed meanwhile, as for `inline`; ``candidates`` as
+        there)."""
         doc = self.documents.get(uri)
         if doc is None:
             return []
@@ -223,7 +238,7 @@ class Controller:
             return []
         asked = _Asked.at(doc, doc.cursor(line, character, self.encoding))
         scope = self._scope(asked, "never")
-        answer = await self._run(asked, scope, 1)
+        answer = await self._run(asked, scope, 1, tuple(candidates))
         if not answer.texts or not self._still(asked):
             return []
         return _edit_items(asked, answer.texts[0], self.encoding)
@@ -250,7 +265,9 @@ class Controller:
             asked.line_prefix, asked.line_suffix, policy, specials, self.options.max_lines
         )
 
-    async def _run(self, asked: _Asked, scope: Scope, items: int) -> Answer:
+    async def _run(
+        self, asked: _Asked, scope: Scope, items: int, candidates: tuple[str, ...] = ()
+    ) -> Answer:
         request_id = f"c{next(self._ids)}"
         if not self.host.ready:
             log.debug("%s: no completion (%s)", request_id, self.host.status.message)
@@ -260,7 +277,7 @@ class Controller:
         if not asked.current_in(self.documents):
             log.debug("%s: stale before it reached the model", request_id)
             return Answer(reason="superseded")
-        job = self._job_for(asked, scope, items, request_id)
+        job = self._job_for(asked, scope, items, request_id, candidates)
         from midword.engine import Interrupted  # loaded with the model by now
 
         job.waiters += 1
@@ -281,12 +298,19 @@ class Controller:
         self.host.on_status(self.host.status)
         return answer
 
-    def _job_for(self, asked: _Asked, scope: Scope, items: int, request_id: str) -> _Job:
+    def _job_for(
+        self,
+        asked: _Asked,
+        scope: Scope,
+        items: int,
+        request_id: str,
+        candidates: tuple[str, ...] = (),
+    ) -> _Job:
         """The worker job answering this question: the one already asked for the same
         cursor of the same version with the same scope and items (running, or answered),
         else a new one. Editors ask again at the same place (a timer, a second trigger):
         a new job would supersede the running one and start over, and never finish."""
-        question = (asked, scope, items, self.options)
+        question = (asked, scope, items, self.options, candidates)
         job = self._jobs.get(asked.doc.uri)
         if job is not None and job.question == question and job.usable():
             return job
@@ -305,6 +329,8 @@ class Controller:
             request_id=request_id,
             version=doc.version,
             suffix=self._suffix(doc, cursor),
+            candidates=candidates,
+            min_mass=self.options.symbols_min_mass,
         )
         future = self.host.submit(request)
         job = self._jobs[doc.uri] = _Job(question, future, asyncio.wrap_future(future), cancelled)

@@ -204,6 +204,34 @@ class SingleDocument:
             deadline=deadline,
         )
 
+    def complete_guided(
+        self,
+        prefix: bytes,
+        names: Sequence[str],
+        settings: Settings,
+        min_mass: float,
+        should_stop: StopFn,
+        cut: CutFn,
+        deadline: float,
+    ) -> Any:
+        """`complete_guided` at ``prefix`` (issue 39): the next name from ``names``, then an
+        ordinary completion; the unguided one, with the reason, when guidance stands aside."""
+        from midword.engine import complete_guided
+
+        prompt = self._move(prefix)
+        room = self.fit.new_tokens(self.completer.positions_used())
+        return complete_guided(
+            self.completer,
+            prompt,
+            names,
+            _within(settings, room),
+            min_mass=min_mass,
+            fallback=True,
+            should_stop=should_stop,
+            cut=cut,
+            deadline=deadline,
+        )
+
     def state(self) -> dict[str, Any]:
         return {**_tree_json(self.completer.sampler.vct), "cutBytes": len(self.fit.dropped)}
 

@@ -84,6 +84,9 @@ class ServerOptions:
     # already below it leaves nothing: the server stays silent
     min_confidence: float | str = 0.0
     max_lines: int = 0  # lines a completion may span; 0 = no limit (1: single-line mode)
+    # names the editor sends with a request (midwordCandidates) guide the completion only
+    # when the model gives them this much of the probability together (issue 39)
+    symbols_min_mass: float = 0.05
     window_bytes: int = 4096
     log_level: str = "info"
     max_items: int = 3
@@ -184,6 +187,11 @@ _SPEC: dict[str, tuple[str, Check, str]] = {
         '"auto" or a number with 0 <= minConfidence < 1 (0 = off)',
     ),
     "max_lines": ("maxLines", _integer(0), "an integer >= 0 (0 = no limit)"),
+    "symbols_min_mass": (
+        "symbolsMinMass",
+        _number(0, high=1),
+        "a number with 0 <= symbolsMinMass <= 1",
+    ),
     "window_bytes": ("windowBytes", _integer(64), "an integer >= 64"),
     "log_level": ("logLevel", *_one_of(LOG_LEVELS)),
     "max_items": ("maxItems", _integer(1), "an integer >= 1"),

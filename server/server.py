@@ -24,8 +24,9 @@ import uuid
 from collections.abc import Generator
 from typing import Any, BinaryIO
 
+import attrs
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
@@ -46,6 +47,8 @@ SETTLE_LIMIT_S = 1.0  # the longest a request waits for received messages to be 
 INSPECT_REQUEST = "midword/inspect"
 STATS_REQUEST = "midword/stats"
 SCORE_REQUEST = "midword/score"
+CANDIDATES_FIELD = "midwordCandidates"  # the extension field of completion requests (issue 39)
+MAX_CANDIDATES = 5000  # names past this many are ignored (an editor sends a few hundred)
 _ENCODINGS = {
     types.PositionEncodingKind.Utf8: "utf-8",
     types.PositionEncodingKind.Utf16: "utf-16",
@@ -69,12 +72,16 @@ class MidwordProtocol(LanguageServerProtocol):
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         try:
-            return super().structure_message(data)
+            names = _candidates_field(data)
+            message = super().structure_message(data)
         except JsonRpcException as exc:
             if "method" not in data or "id" not in data:
                 raise  # a malformed notification: logged and dropped
             self._send_response(data["id"], error=exc.to_response_error())
             return _ANSWERED
+        if names:  # lsprotocol's types drop unknown fields: carry the names beside them
+            message.params = _with_candidates(message.params, names)
+        return message
 
     def handle_message(self, message: Any) -> None:
         if message is not _ANSWERED:
@@ -385,14 +392,16 @@ def _register_completion(server: MidwordServer) -> None:
     ) -> types.InlineCompletionList:
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
         pos, uri = params.position, params.text_document.uri
-        items = await ls.controller.inline(uri, pos.line, pos.character, invoked)
+        names = getattr(params, "midword_candidates", ())
+        items = await ls.controller.inline(uri, pos.line, pos.character, invoked, names)
         return types.InlineCompletionList(items=[_inline_item(ls, uri, i) for i in items])
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
     async def completion(ls: MidwordServer, params: types.CompletionParams) -> types.CompletionList:
         pos = params.position
+        names = getattr(params, "midword_candidates", ())
         items = await ls.controller.completion_list(
-            params.text_document.uri, pos.line, pos.character
+            params.text_document.uri, pos.line, pos.character, names
         )
         return types.CompletionList(
             is_incomplete=True, items=[_edit_item(i, n) for n, i in enumerate(items)]
@@ -433,6 +442,60 @@ def _edit_item(item: EditItem, rank: int) -> types.CompletionItem:
         sort_text=f"{rank:04d}",
         preselect=rank == 0,
     )
+
+
+@attrs.define
+class GuidedInlineParams(types.InlineCompletionParams):
+    """Inline completion params with the names the editor knows at the cursor."""
+
+    midword_candidates: tuple[str, ...] = ()
+
+
+@attrs.define
+class GuidedCompletionParams(types.CompletionParams):
+    """Completion params with the names the editor knows at the cursor."""
+
+    midword_candidates: tuple[str, ...] = ()
+
+
+_GUIDED_PARAMS: dict[type, type] = {
+    types.InlineCompletionParams: GuidedInlineParams,
+    types.CompletionParams: GuidedCompletionParams,
+}
+
+
+def _candidates_field(data: dict[str, Any]) -> tuple[str, ...]:
+    """The ``midwordCandidates`` of a completion request: up to `MAX_CANDIDATES` names,
+    duplicates dropped; empty for other messages. A value that is not a list of strings
+    is an invalid-params error, as any other malformed field would be.
+
+    >>> _candidates_field({"method": "textDocument/completion", "params": {
+    ...     "midwordCandidates": ["assertEqual", "assertIn", "assertEqual"]}})
+    ('assertEqual', 'assertIn')
+    """
+    if data.get("method") not in (
+        types.TEXT_DOCUMENT_INLINE_COMPLETION,
+        types.TEXT_DOCUMENT_COMPLETION,
+    ):
+        return ()
+    params = data.get("params")
+    names = params.get(CANDIDATES_FIELD) if isinstance(params, dict) else None
+    if names is None:
+        return ()
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise JsonRpcInvalidParams(f"{CANDIDATES_FIELD} must be a list of strings")
+    if len(names) > MAX_CANDIDATES:
+        log.debug("%d candidates: the first %d kept", len(names), MAX_CANDIDATES)
+    return tuple(dict.fromkeys(n for n in names[:MAX_CANDIDATES] if n))
+
+
+def _with_candidates(params: Any, names: tuple[str, ...]) -> Any:
+    """``params`` as its guided subclass, carrying ``names``."""
+    guided = _GUIDED_PARAMS.get(type(params))
+    if guided is None:
+        return params
+    fields = {f.name: getattr(params, f.name) for f in attrs.fields(type(params))}
+    return guided(**fields, midword_candidates=names)
 
 
 def _uri_of(params: Any) -> str | None:

@@ -96,6 +96,9 @@ class Request:
     request_id: str = ""
     version: int | None = None  # the document version the prefix was taken from
     suffix: bytes = b""  # the window after the cursor (a FIM model's prompt holds it)
+    # names the editor knows at the cursor (issue 39): the completion's next name is one
+    candidates: tuple[str, ...] = ()
+    min_mass: float = 0.05  # the candidates' share of the probability needed to guide
 
 
 @dataclass
@@ -110,6 +113,7 @@ class Answer:
     leaf_prob: float | None = None
     tree_tokens: int = 0  # tokens the model evaluated to score the tree (new trunk + tail)
     tokens: int = 0  # all tokens the model evaluated for this request
+    guided: bool = False  # the first text's next name came from the request's candidates
 
 
 @dataclass
@@ -431,9 +435,7 @@ class ModelHost:
             if len(answer.texts) >= req.max_items or time.perf_counter() >= deadline:
                 break
             try:
-                result = document.complete(
-                    req.prefix, settings, should_stop=stop, cut=cut, deadline=deadline
-                )
+                result = self._one_item(document, req, answer, settings, stop, cut, deadline)
             except BackendError as exc:
                 log.warning("completion failed: %s", exc)
                 answer.reason = str(exc)
@@ -452,6 +454,36 @@ class ModelHost:
                 answer.texts.append(text)
         if not answer.texts and not answer.reason:
             answer.reason = "the model suggests nothing here"
+
+    def _one_item(
+        self,
+        document: LiveDocument,
+        req: Request,
+        answer: Answer,
+        settings: Settings,
+        stop: Callable[[], bool],
+        cut: Callable[[str], int | None],
+        deadline: float,
+    ) -> Any:
+        """One completion: guided by the request's candidates where it has some and the
+        document can score them exactly (a single local model, bytesampler), else plain."""
+        guide = getattr(document, "complete_guided", None)
+        if req.candidates and (guide is None or settings.method != "bytesampler"):
+            log.debug("%s: not guided: needs one local model and bytesampler", req.request_id)
+        if not req.candidates or guide is None or settings.method != "bytesampler":
+            return document.complete(
+                req.prefix, settings, should_stop=stop, cut=cut, deadline=deadline
+            )
+        guided = guide(req.prefix, req.candidates, settings, req.min_mass, stop, cut, deadline)
+        if guided.guided:
+            log.debug(
+                "%s: guided: %r (p=%.3g)", req.request_id, guided.chosen, _exp(guided.logprob)
+            )
+        else:
+            log.debug("%s: not guided: %s", req.request_id, guided.reason)
+        if not answer.texts:
+            answer.guided = guided.guided
+        return guided.completion
 
     def shutdown(self) -> None:
         for watcher in self._watchers:

@@ -88,6 +88,19 @@ async def start(
     return session
 
 
+async def send_json(client: LanguageClient, method: str, params: dict[str, Any]) -> Any:
+    """A request of a standard method sent with ``params`` as given, extension fields and
+    all (pytest-lsp would send them through the method's typed params, which drop
+    fields the protocol does not define); the answer is typed as usual."""
+    protocol = client.protocol
+    typed = protocol.get_message_type
+    protocol.get_message_type = lambda name: None if name == method else typed(name)
+    try:
+        return await protocol.send_request_async(method, params)
+    finally:
+        del protocol.get_message_type  # back to the class's own method
+
+
 def with_test_device(options: dict[str, Any]) -> dict[str, Any]:
     """The options, with ``device``/``dtype`` from MIDWORD_TEST_DEVICE/MIDWORD_TEST_DTYPE
     where a test leaves them out (how benchmarks/cuda_check.sh runs this suite on a GPU)."""
