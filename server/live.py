@@ -341,6 +341,36 @@ class FimDocument:
             deadline=deadline,
         )
 
+    def complete_guided(
+        self,
+        prefix: bytes,
+        names: Sequence[str],
+        settings: Settings,
+        min_mass: float,
+        should_stop: StopFn,
+        cut: CutFn,
+        deadline: float,
+    ) -> Any:
+        """`SingleDocument.complete_guided` in the middle: the tree covers ``_covered``
+        (the prefix, or nothing where the middle is a segment of its own), and the name
+        typed so far is the one at the end of the prefix used."""
+        from midword.engine import complete_guided, typed_identifier
+
+        used = self._prompt(prefix)
+        room = self.fit.new_tokens(self.fim.positions_used())
+        return complete_guided(
+            self.fim.completer,
+            self._covered,
+            names,
+            _within(settings, room),
+            min_mass=min_mass,
+            fallback=True,
+            should_stop=should_stop,
+            cut=cut,
+            deadline=deadline,
+            typed=typed_identifier(used),
+        )
+
     def state(self) -> dict[str, Any]:
         tree = _tree_json(self.fim.completer.sampler.vct)
         context = len(self.fim.session.context)

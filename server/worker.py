@@ -468,8 +468,10 @@ class ModelHost:
         """One completion: guided by the request's candidates where it has some and the
         document can score them exactly (a single local model, bytesampler), else plain."""
         guide = getattr(document, "complete_guided", None)
-        if req.candidates and (guide is None or settings.method != "bytesampler"):
-            log.debug("%s: not guided: needs one local model and bytesampler", req.request_id)
+        if req.candidates and guide is None:
+            log.debug("%s: not guided: an ensemble or a remote engine", req.request_id)
+        elif req.candidates and settings.method != "bytesampler":
+            log.debug("%s: not guided: method %s is not exact", req.request_id, settings.method)
         if not req.candidates or guide is None or settings.method != "bytesampler":
             return document.complete(
                 req.prefix, settings, should_stop=stop, cut=cut, deadline=deadline

@@ -158,6 +158,32 @@ async def test_names_the_model_gives_too_little_probability_are_left_out(
     buf.close()
 
 
+async def test_a_fill_in_the_middle_prompt_is_guided_too(session: Session) -> None:
+    """The shipped model has FIM tokens: with the text after the cursor in the prompt,
+    the middle still starts with the likeliest of the names."""
+    session.statuses.clear()
+    session.configure({**OPTIONS, "fim": "auto"})  # reloads the model with its template
+    await session.wait_state("ready")
+    try:
+        buf = Buffer(session.client, "file:///tmp/guided_fim.py", TEXT + "\n\nx = 1\n")
+        unguided = await buf.inline(index=len(TEXT))  # the text below is the suffix
+        params = {
+            "textDocument": {"uri": buf.uri},
+            "position": cursor(TEXT),
+            "context": {"triggerKind": 2},
+            "midwordCandidates": NAMES,
+        }
+        result = await send_json(session.client, "textDocument/inlineCompletion", params)
+        guided = [item.insert_text for item in result.items]
+        assert guided and guided[0].startswith(("xMember", "yOther"))
+        assert not any(u.startswith(("xMember", "yOther")) for u in unguided)
+        buf.close()
+    finally:
+        session.statuses.clear()
+        session.configure(OPTIONS)
+        await session.wait_state("ready")
+
+
 async def test_malformed_names_are_an_error_not_a_crash(session: Session) -> None:
     buf = Buffer(session.client, "file:///tmp/guided_bad.py", TEXT)
     with pytest.raises(JsonRpcException, match="midwordCandidates"):
