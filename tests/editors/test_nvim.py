@@ -4,6 +4,12 @@ tests/nvim/client.lua loads tests/nvim/midword.lua, the config snippet the READM
 tells users to copy, so the documented setup is what runs here. Neovim types into a
 buffer (real incremental didChange), asks for a completion list and, as a raw request,
 an inline completion mid-identifier, and prints one JSON line.
+
+tests/nvim/symbols.lua runs the same config next to two stand-in language servers
+(tests/nvim/symbols_server.py) and checks symbols guidance (issue 39): midword.lua's
+omnifunc passes the names the other servers offer as ``midwordCandidates``, within its
+time budget, and the completion starts with one of them; with ``symbols = "off"`` it
+passes none.
 """
 
 from __future__ import annotations
@@ -27,21 +33,11 @@ PARTIAL = "ArgumentPar"
 pytestmark = pytest.mark.skipif(NVIM is None, reason="nvim is not installed (.ci/run installs it)")
 
 
-@pytest.fixture(scope="module")
-def report() -> dict:
+def run_nvim(script: str, **env: str) -> dict:
+    """Run a tests/nvim script in headless Neovim and return the JSON line it prints."""
     assert NVIM is not None
-    env = dict(os.environ, MIDWORD_ROOT=str(ROOT), MIDWORD_PYTHON=sys.executable)
-    cmd = [
-        NVIM,
-        "--headless",
-        "-u",
-        "NONE",
-        "-i",
-        "NONE",
-        "-n",
-        "-c",
-        "luafile tests/nvim/client.lua",
-    ]
+    env = dict(os.environ, MIDWORD_ROOT=str(ROOT), MIDWORD_PYTHON=sys.executable, **env)
+    cmd = [NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {script}"]
     proc = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=360, check=False
     )
@@ -54,6 +50,11 @@ def report() -> dict:
         proc.stderr[-3000:],
     )
     return result
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return run_nvim("tests/nvim/client.lua")
 
 
 def test_the_documented_config_attaches_and_the_model_loads(report: dict) -> None:
@@ -103,3 +104,80 @@ def test_inline_completion_continues_the_prefix(report: dict) -> None:
     word = report["completion"]["items"][0]["textEdit"]["newText"]
     first = re.match(r"\w*", texts[0]).group()
     assert PARTIAL + first == word, (texts[0], word)
+
+
+# ---------------------------------------------------------------- symbols guidance
+# What tests/nvim/symbols.lua's stand-in servers offer: "stub" answers at once with
+# zqxMember, zqxMemo(x) (filter text zqxMemo), zqxOther and "zqx member" (not a name);
+# "slow" offers zqxMemSlow 8 s late, far past the script's 1.5 s budget.
+TYPED = "    value = obj.zqxMem"
+
+
+def sent(report: dict, case: str, client: str) -> list[dict]:
+    """The completion requests ``client`` was sent for one of the script's cursors."""
+    first = report["cases"][case]["first"] - 1  # Lua counts from 1
+    line = len(report["cases"][case]["typed"])
+    return [
+        s
+        for s in report["sent"][first:]
+        if s["client"] == client and s["position"] == {"line": 10, "character": line}
+    ]
+
+
+@pytest.fixture(scope="module")
+def symbols() -> dict:
+    return run_nvim("tests/nvim/symbols.lua", MIDWORD_SYMBOLS="auto")
+
+
+@pytest.fixture(scope="module")
+def no_symbols() -> dict:
+    return run_nvim("tests/nvim/symbols.lua", MIDWORD_SYMBOLS="off")
+
+
+def test_the_stand_in_servers_attach_next_to_midword(symbols: dict) -> None:
+    assert symbols["status"] == "ready"
+    assert sorted(symbols["clients"]) == ["midword", "slow", "stub"]
+
+
+def test_omnifunc_passes_the_other_servers_names_that_extend_the_typed_one(symbols: dict) -> None:
+    (asked,) = sent(symbols, "in a name", "midword")
+    # Bare names only (not "zqx member"), from filter texts too (zqxMemo), each once,
+    # only those that go on from "zqxMem" (not zqxOther), none from the slow server.
+    assert asked["candidates"] == ["zqxMember", "zqxMemo"]
+    assert len(sent(symbols, "in a name", "stub")) == 1
+
+
+def test_a_slow_server_costs_at_most_the_time_budget(symbols: dict) -> None:
+    (slow,) = sent(symbols, "in a name", "slow")
+    (asked,) = sent(symbols, "in a name", "midword")
+    waited = asked["at_ms"] - slow["at_ms"]
+    assert waited < 6000, f"midword was asked {waited:.0f} ms after the others: no time budget"
+    assert "zqxMemSlow" not in asked["candidates"]
+
+
+def test_the_completion_starts_with_a_name_that_exists(symbols: dict, no_symbols: dict) -> None:
+    guided = symbols["cases"]["in a name"]
+    assert guided["words"][0] == "zqxMember", guided
+    assert guided["line"] == "    value = obj.zqxMember"  # what <C-x><C-o> inserted
+    assert any("guided: 'zqxMember'" in line for line in symbols["log"]), symbols["log"]
+    # The small model alone goes on otherwise (zqxMemberD): the name came from the guide.
+    unguided = no_symbols["cases"]["in a name"]
+    assert unguided["typed"] == TYPED and unguided["words"], unguided
+    assert unguided["words"][0] != "zqxMember", unguided
+
+
+def test_after_a_dot_every_member_name_is_passed(symbols: dict) -> None:
+    (asked,) = sent(symbols, "after a dot", "midword")
+    assert asked["candidates"] == ["zqxMember", "zqxMemo", "zqxOther"]
+
+
+def test_away_from_names_the_other_servers_are_not_asked(symbols: dict) -> None:
+    (asked,) = sent(symbols, "not at a name", "midword")
+    assert asked["candidates"] is None
+    assert not sent(symbols, "not at a name", "stub") and not sent(symbols, "not at a name", "slow")
+
+
+def test_symbols_off_passes_no_names(no_symbols: dict) -> None:
+    assert [s["client"] for s in no_symbols["sent"]] == ["midword"]  # nobody else asked
+    assert no_symbols["sent"][0]["candidates"] is None
+    assert not any("guided" in line for line in no_symbols["log"])
