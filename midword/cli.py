@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("midword.bench.command", "headless benchmarks: humaneval, charlm, overhead"),
     "serve": ("midword.cmd_serve", "run the language server (LSP over stdio or TCP)"),
     "demo": ("midword.cmd_demo", "type a file into the server: naive vs midword, side by side"),
-    "stats": ("midword.cmd_stats", "acceptance rate of inline completions, from the local log"),
+    "stats": ("midword.cmd_stats", "acceptance rate and retained characters of inline completions"),
 }
 
 

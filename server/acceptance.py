@@ -15,6 +15,10 @@ Each event becomes one JSON line in ``acceptance.jsonl`` under midword's cache f
 never the code, and nothing leaves the machine; ``midword stats`` reads it. Lines are
 written by a thread of their own, so the event loop never waits for the disk.
 
+After an acceptance the server follows the inserted text through later edits and logs,
+at 30 s, 2 min and 10 min, how much of it is still there (``retained`` events,
+server/retention.py).
+
 >>> import tempfile, json
 >>> path = Path(tempfile.mkdtemp()) / "a.jsonl"
 >>> log = AcceptanceLog(path)
@@ -39,8 +43,14 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .retention import Retention, Where
+
+if TYPE_CHECKING:
+    from .document import Document
 
 __all__ = [
     "ACCEPT_COMMAND",
@@ -83,8 +93,14 @@ def default_log_path() -> Path:
 class AcceptanceLog:
     """Item tags given out, and the events about them appended to a JSONL file."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(
+        self, path: Path | None = None, checkpoints: Sequence[float] | None = None
+    ) -> None:
         self.path = path
+        # False stops the checkpoints' entries too (the option acceptanceLog, read when due)
+        self.enabled: Callable[[], bool] = lambda: True
+        # accepted items followed through edits (checkpoints: $MIDWORD_RETENTION_CHECKPOINTS)
+        self.retention = Retention(self._put_if_enabled, checkpoints)
         self._issued: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._session = uuid.uuid4().hex[:8]  # ids stay unique across server runs
         self._counter = itertools.count(1)
@@ -92,14 +108,27 @@ class AcceptanceLog:
         self._writer: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def issue(self, method: str, context: str, language: str, text: str) -> dict[str, Any]:
-        """Tags for a new item: ``{id, method, context}`` (sent with the item)."""
+    def issue(
+        self,
+        method: str,
+        context: str,
+        language: str,
+        text: str,
+        uri: str | None = None,
+        line: int = 0,
+        character: int = 0,
+    ) -> dict[str, Any]:
+        """Tags for a new item: ``{id, method, context}`` (sent with the item). Where the
+        item starts (``uri``, LSP ``line`` and ``character``) is kept with its text, in
+        memory only, to follow the text once the item is accepted."""
         item_id = f"{self._session}-{next(self._counter)}"
         self._issued[item_id] = {
             "method": method,
             "context": context,
             "language": language,
             "length": len(text),
+            "text": text,
+            "where": Where(uri, line, character) if uri is not None else None,
         }
         while len(self._issued) > KEEP_ISSUED:
             self._issued.popitem(last=False)
@@ -122,21 +151,50 @@ class AcceptanceLog:
         accepted = _field(params, "acceptedLength")
         if event == "partial" and isinstance(accepted, int) and not isinstance(accepted, bool):
             entry["acceptedLength"] = accepted
-        self._start_writer()
-        self._queue.put(entry)
+        self._put(entry)
         return entry
+
+    def follow(
+        self, entry: dict[str, Any], documents: Mapping[str, Document], encoding: str
+    ) -> None:
+        """After an acceptance ``entry`` (from `record`), follow the text the item inserted
+        (server/retention.py). Items the server did not issue, or issued too long ago to
+        remember, cannot be followed: their text is not known."""
+        issued = self._issued.get(entry.get("id", ""))
+        where = issued.get("where") if issued is not None else None
+        if issued is None or where is None:
+            return
+        text = issued["text"]
+        if entry["event"] == "partial":
+            if "acceptedLength" not in entry:
+                return
+            text = text[: max(0, entry["acceptedLength"])]
+        elif entry["event"] != "accepted":
+            return
+        tags = {key: issued[key] for key in TAG_KEYS}
+        self.retention.accepted(entry["id"], tags, where, text, documents, encoding)
 
     def flush(self) -> None:
         """Wait until every queued entry is on disk."""
         self._queue.join()
 
     def close(self) -> None:
-        """Write what is queued and stop the writer thread."""
+        """Log the checkpoints still due as unknown, write what is queued and stop the
+        writer thread."""
+        self.retention.stop()
         with self._lock:
             writer, self._writer = self._writer, None
         if writer is not None:
             self._queue.put(None)
             writer.join(timeout=5)
+
+    def _put(self, entry: dict[str, Any]) -> None:
+        self._start_writer()
+        self._queue.put(entry)
+
+    def _put_if_enabled(self, entry: dict[str, Any]) -> None:
+        if self.enabled():
+            self._put(entry)
 
     def _start_writer(self) -> None:
         with self._lock:
@@ -191,6 +249,7 @@ def _field(params: Any, name: str) -> Any:
 def register_acceptance_events(server: Any) -> None:
     """The three notifications on a `MidwordServer` (``server.acceptance`` is its log;
     the option ``acceptanceLog: false`` turns recording off)."""
+    server.acceptance.enabled = lambda: server.controller.options.acceptance_log
     for method, event in EVENTS.items():
         server.feature(method)(_handler(event))
 
@@ -198,7 +257,9 @@ def register_acceptance_events(server: Any) -> None:
 def _handler(event: str) -> Any:
     def on_event(ls: Any, params: Any) -> None:
         if ls.controller.options.acceptance_log:
-            ls.acceptance.record(event, params)
+            entry = ls.acceptance.record(event, params)
+            if entry is not None:
+                ls.acceptance.follow(entry, ls.controller.documents, ls.controller.encoding)
 
     return on_event
 

@@ -22,11 +22,12 @@ b'def f():\\n    return 42'
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .positions import clean_text, from_index, to_index, utf8_len
 
-__all__ = ["Cursor", "Document", "Range", "split_lines"]
+__all__ = ["Cursor", "Document", "EditObserver", "Range", "split_lines"]
 
 GROW_LIMIT = 1.5  # the window start moves when the window exceeds this many times its size
 _LONE_CR = re.compile(r"\r(?!\n)")
@@ -49,6 +50,11 @@ class Cursor:
 
     line: int
     index: int
+
+
+# Told of every edit before it is applied: (document, start, end, inserted text), the
+# positions in the text as it still is (server/retention.py follows accepted text with it).
+EditObserver = Callable[["Document", Cursor, Cursor, str], None]
 
 
 def split_lines(text: str) -> list[str]:
@@ -84,6 +90,7 @@ class Document:
         self.edits = 0  # changes applied so far
         # the last prompt window: didChange syncs to it, the request right after asks again
         self._window: tuple[int, Cursor, int, bytes] | None = None  # edits, cursor, size, bytes
+        self.observers: list[EditObserver] = []  # empty but while accepted text is followed
 
     # ------------------------------------------------------------------ reading
     def text(self) -> str:
@@ -118,7 +125,11 @@ class Document:
     # ------------------------------------------------------------------ editing
     def replace_all(self, text: str, version: int) -> None:
         self.edits += 1
-        self.lines = split_lines(clean_text(text))
+        text = clean_text(text)
+        if self.observers:  # seen as one change of the whole text
+            last = len(self.lines) - 1
+            self._notify(Cursor(0, 0), Cursor(last, len(self.body(last))), text)
+        self.lines = split_lines(text)
         self._bytes = _total_bytes(self.lines)
         self.version = version
         self.window_line = None
@@ -133,6 +144,8 @@ class Document:
         if (end.line, end.index) < (start.line, start.index):
             start, end = end, start
         text = clean_text(text)
+        if self.observers:
+            self._notify(start, end, text)
         head = self.lines[start.line][: start.index]
         tail = self.lines[end.line][end.index :]  # end.index never passes the line's body
         new = split_lines(head + text + tail)
@@ -145,6 +158,10 @@ class Document:
         last_line = start.line + len(inserted) - 1
         last_index = (start.index if len(inserted) == 1 else 0) + len(inserted[-1])
         self.last_edit = Cursor(last_line, last_index)
+
+    def _notify(self, start: Cursor, end: Cursor, text: str) -> None:
+        for observer in list(self.observers):  # an observer may remove itself
+            observer(self, start, end, text)
 
     def _shift_window(self, first: int, last: int, new_count: int) -> None:
         if self.window_line is None:

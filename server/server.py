@@ -418,7 +418,9 @@ def _inline_item(ls: MidwordServer, uri: str, item: InlineItem) -> types.InlineC
     if ls.completion_events:  # tags for the acceptance log (server/acceptance.py)
         doc = ls.controller.documents.get(uri)
         language = doc.language_id if doc is not None else ""
-        tags = ls.acceptance.issue(item.method, item.context, language, item.text)
+        tags = ls.acceptance.issue(
+            item.method, item.context, language, item.text, uri, item.line, item.character
+        )
         command = types.Command(**item_command(tags))
     return types.InlineCompletionItem(
         insert_text=item.text, range=types.Range(start=at, end=at), command=command
