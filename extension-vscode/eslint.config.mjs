@@ -52,6 +52,13 @@ export default tseslint.config(
     rules: { eqeqeq: 'error', curly: 'error' },
   },
   {
+    // the e2e test's second extension (a stand-in language server): CommonJS, loaded by VS Code
+    files: ['e2e/**/*.js'],
+    extends: [js.configs.recommended],
+    languageOptions: { sourceType: 'commonjs', globals: nodeGlobals },
+    rules: { eqeqeq: 'error', curly: 'error' },
+  },
+  {
     files: ['eslint.config.mjs'],
     extends: [js.configs.recommended],
   },

@@ -12,15 +12,21 @@
 // text; accept it with Tab and check the saved file; accept only the first line
 // of a multi-line suggestion with midword's Accept Next Line (Shift+Tab) and
 // check the file again; check the acceptance log's shown/accepted/partial
-// events; check the midword output channel (each server line once, no INFO
-// line tagged [error]); open notes.md: the status bar says midword is off for
+// events; completions guided by the editor's symbols: a second extension
+// (e2e/symbol-provider, packaged here with vsce) offers the made-up member
+// `frobnicate_widgets` after `parser.`; typed `parser.frob`, the ghost text does
+// not go on with that name while the provider offers nothing, and does once it
+// offers it (tagged bytesampler+symbols in the acceptance log), and Tab inserts
+// it; check the midword output channel (each server line once, no INFO line
+// tagged [error]); open notes.md: the status bar says midword is off for
 // markdown, and clicking it turns markdown on in the user settings; then the
 // negative control: after midword's toggle
 // turns midword.enable off, no ghost text comes. On failure a screenshot and
 // the logs go to $MIDWORD_ARTIFACTS (default .ci/artifacts).
 //
 // Nothing here depends on what the model writes: the expected file contents
-// come from the ghost text on screen and the lengths in the acceptance log.
+// come from the ghost text on screen and the lengths in the acceptance log (the
+// guided step needs only that no model writes the made-up name on its own).
 //
 // Environment: MIDWORD_CI_CACHE (where .ci/code_server_setup installed
 // code-server), MIDWORD_CODE_SERVER, MIDWORD_CHROMIUM, MIDWORD_E2E_PYTHON (an
@@ -67,10 +73,18 @@ import {
 const REPO = path.resolve(import.meta.dirname, '..', '..');
 const EXTENSION_DIR = path.join(REPO, 'extension-vscode');
 const FIXTURE = path.join(import.meta.dirname, 'workspace');
+/** The second extension: a completion provider that stands in for a language server. */
+const SYMBOL_PROVIDER = path.join(import.meta.dirname, 'symbol-provider');
+const VSCE = path.join(REPO, 'node_modules', '@vscode', 'vsce', 'vsce');
 const FILE_NAME = 'main.py';
 const NOTES_NAME = 'notes.md';
 /** Typed at the end of main.py, inside an identifier (the small model goes on with `ser(`). */
 const TYPED_MID_WORD = '    parser = argparse.ArgumentPar';
+/** Typed on a new line after a member `.`, where e2e/symbol-provider offers MADE_UP_NAME. */
+const TYPED_MEMBER = 'parser.frob';
+/** A name no model writes on its own after `parser.frob`, and that nothing in the workspace holds. */
+const MADE_UP_NAME = 'frobnicate_widgets';
+const OFFER_NAMES_COMMAND = 'midword e2e: Offer Test Names';
 /** Typed on a new line for the negative control. */
 const TYPED_DISABLED = 'parser = argparse.ArgumentPar';
 
@@ -156,6 +170,9 @@ function userSettings(python) {
     'midword.python.path': python, // restricted in untrusted workspaces: trust is off below
     'midword.model': config.model,
     'midword.device': config.device,
+    // guide by the offered names whatever share of the probability the model gives them (a
+    // made-up name gets next to none), so that the guided step holds for any model
+    'midword.symbolsMinMass': 0,
     'security.workspace.trust.enabled': false,
     'editor.inlineSuggest.enabled': true,
     'editor.quickSuggestions': { other: 'off', comments: 'off', strings: 'off' },
@@ -195,8 +212,18 @@ async function readSettings(dirs) {
 
 // ---- processes ---------------------------------------------------------------
 
-async function installExtension(dirs, vsix) {
-  const args = ['--user-data-dir', dirs.userData, '--extensions-dir', dirs.extensions, '--install-extension', vsix];
+/** The stand-in language server (e2e/symbol-provider) as a .vsix in the sandbox. */
+function packageSymbolProvider(dirs) {
+  check(existsSync(VSCE), `vsce at ${VSCE} (npm ci at the repository root installs it)`);
+  const vsix = path.join(dirs.root, 'symbol-provider.vsix');
+  const args = ['package', '--no-dependencies', '--allow-missing-repository', '--skip-license', '--out', vsix];
+  execFileSync(process.execPath, [VSCE, ...args], { cwd: SYMBOL_PROVIDER, stdio: ['ignore', 'ignore', 'inherit'] });
+  return vsix;
+}
+
+async function installExtensions(dirs, vsixes) {
+  const installs = vsixes.flatMap((vsix) => ['--install-extension', vsix]);
+  const args = ['--user-data-dir', dirs.userData, '--extensions-dir', dirs.extensions, ...installs];
   const logFile = path.join(dirs.logs, 'install-extension.log');
   const group = startGroup(config.codeServer, args, { env: sandboxEnv(dirs), cwd: dirs.root, logFile });
   const cancelTimer = new AbortController();
@@ -308,6 +335,55 @@ async function acceptNextLine(page, file, acceptanceLog, before) {
   log(`Shift+Tab inserted ${JSON.stringify(expected)}; logged ${JSON.stringify(partials[0])}`);
 }
 
+/**
+ * Completions guided by the editor's symbols: after `parser.frob` the ghost text does
+ * not go on with the made-up name while the stand-in language server offers nothing;
+ * once it offers the name, the same cursor gets a suggestion that starts with the
+ * name's rest, tagged bytesampler+symbols, and Tab inserts it.
+ */
+async function guidedBySymbols(page, file, acceptanceLog, before) {
+  const typedName = TYPED_MEMBER.slice(TYPED_MEMBER.indexOf('.') + 1); // "frob"
+  const rest = MADE_UP_NAME.slice(typedName.length);
+  await page.keyboard.press('Control+End');
+  await page.keyboard.press('Enter');
+  await page.keyboard.type(TYPED_MEMBER, { delay: 40 });
+  const unguided = await waitForGhostText(page, TIMEOUTS.ghost);
+  check(!unguided.text.startsWith(rest), `without names the model does not write ${MADE_UP_NAME}: ${JSON.stringify(unguided.text)}`);
+  log(`ghost text after ${JSON.stringify(TYPED_MEMBER)}, no names offered: ${JSON.stringify(unguided.text)}`);
+  await page.keyboard.press('Escape');
+
+  await runCommand(page, OFFER_NAMES_COMMAND);
+  await focusEditor(page);
+  await page.keyboard.press('Control+End'); // the end of the typed line
+  await page.keyboard.press('Backspace');
+  await page.keyboard.type(TYPED_MEMBER.slice(-1)); // a new request at the same cursor
+  let last = '';
+  const guided = await waitFor(
+    `ghost text that goes on with ${JSON.stringify(rest)}`,
+    async () => {
+      last = await readGhostText(page);
+      return last.startsWith(rest) ? last : undefined;
+    },
+    { timeoutMs: TIMEOUTS.ghost },
+  ).catch((error) => {
+    throw new Error(`${error.message}; the ghost text was ${JSON.stringify(last)}`);
+  });
+  log(`ghost text after ${JSON.stringify(TYPED_MEMBER)} with ${MADE_UP_NAME} offered: ${JSON.stringify(guided)}`);
+  const shown = await waitForLog(acceptanceLog, 'a guided item shown', (all) =>
+    all.some((e) => e.event === 'shown' && e.method === 'bytesampler+symbols'),
+  );
+  const guidedId = shown.find((e) => e.event === 'shown' && e.method === 'bytesampler+symbols').id;
+  await page.keyboard.press('Tab');
+  await waitForGhostChange(page, guided, TIMEOUTS.editor);
+  const after = await saveAndRead(page, file, before, TIMEOUTS.editor);
+  check(after.includes(`${TYPED_MEMBER}${rest}`), `the file has ${MADE_UP_NAME} after Tab: ${JSON.stringify(after.slice(before.length))}`);
+  const entries = await waitForLog(acceptanceLog, 'the guided item accepted', (all) =>
+    all.some((e) => e.event === 'accepted' && e.id === guidedId),
+  );
+  const accepted = entries.find((e) => e.event === 'accepted' && e.id === guidedId);
+  log(`Tab inserted ${MADE_UP_NAME}; logged ${JSON.stringify(accepted)}`);
+}
+
 /** Entries of the acceptance log once `test` holds for them. */
 async function waitForLog(file, what, test) {
   let entries = [];
@@ -406,7 +482,7 @@ async function run(dirs, state) {
   const file = path.join(dirs.workspace, FILE_NAME);
   const acceptanceLog = path.join(dirs.root, 'acceptance.jsonl');
   await writeSettings(dirs, python);
-  await installExtension(dirs, vsix);
+  await installExtensions(dirs, [vsix, packageSymbolProvider(dirs)]);
   state.codeServer = await startCodeServer(dirs, acceptanceLog);
   log(`extension installed; code-server at ${state.codeServer.url}`);
   state.chromium = await startChromium(dirs);
@@ -419,6 +495,7 @@ async function run(dirs, state) {
   log(`${FILE_NAME} open; status bar ${JSON.stringify(ready.text)} (${JSON.stringify(ready.label)})`);
   const first = await acceptWithTab(page, file, acceptanceLog);
   await acceptNextLine(page, file, acceptanceLog, first.text);
+  await guidedBySymbols(page, file, acceptanceLog, await fs.readFile(file, 'utf8'));
   await checkOutputChannel(dirs);
   await checkLanguageSwitch(page, dirs, ready);
   await checkDisabled(page, dirs, acceptanceLog, first.ghostWaitMs);

@@ -15,6 +15,7 @@ import { expandPathVariables, findOnPath, isExecutableFile } from './pathLookup'
 import { ACTION_LABELS, type ProblemAction, type StartProblem } from './problems';
 import { onPythonInterpreterChange, PYTHON_EXTENSION_ID, pythonExtensionInterpreter } from './pythonExtension';
 import { StatusModel, type StatusView } from './statusModel';
+import { EXECUTE_COMPLETION_PROVIDER, parseSymbolsSetting, SymbolCollector } from './symbols';
 import { blockedReason, flippedLanguages, type Blocked, type LanguageSwitches } from './where';
 
 /** The parts of the `vscode` module the extension uses. */
@@ -47,6 +48,7 @@ export interface ActivationOptions {
 export interface ActivatedExtension {
   controller: ServerController;
   completionEvents: CompletionEvents;
+  symbols: SymbolCollector;
   status: StatusModel;
   statusItem: vscode.StatusBarItem;
   output: vscode.LogOutputChannel;
@@ -200,6 +202,13 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
 
   const completionEvents = new CompletionEvents((method, params) => controller.notifyServer(method, params));
 
+  /** Names other providers offer at the cursor, for completions guided by them (midword.symbols). */
+  const symbols = new SymbolCollector({
+    setting: () => parseSymbolsSetting(api.workspace.getConfiguration(SECTION).get<unknown>(EXTENSION_SETTINGS.symbols)),
+    provideCompletions: (uri, position) => api.commands.executeCommand(EXECUTE_COMPLETION_PROVIDER, uri, position),
+    log: (message) => output.debug(message),
+  });
+
   /** VS Code inserts the next line of the suggestion; when it is midword's, the server hears of it. */
   const acceptNextLine = async (): Promise<void> => {
     const editor = api.window.activeTextEditor;
@@ -237,6 +246,7 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
     },
     reportProblem,
     completionEvents,
+    symbols,
     debounceMs: options.debounceMs,
   });
 
@@ -325,6 +335,7 @@ export function activateWith(api: VscodeApi, context: vscode.ExtensionContext, o
   return {
     controller,
     completionEvents,
+    symbols,
     status,
     statusItem,
     output,

@@ -12,6 +12,7 @@ import type { ServerOptions } from './options';
 import { importCheckProblem, interpreterNotFoundProblem, serverFailedProblem, type StartProblem } from './problems';
 import { RestartScheduler, type Timers } from './restartScheduler';
 import type { ProgressValue, ServerStatus, StatusModel } from './statusModel';
+import type { CursorDocument, CursorPosition } from './symbols';
 
 /** The language client, as the controller sees it. */
 export interface ServerClient {
@@ -44,6 +45,16 @@ export interface ClientHooks {
   onUnexpectedExit(detail: string): void;
   /** Inline items shown and accepted, reported to the server's acceptance log. */
   completionEvents?: CompletionEvents;
+  /** Names the other completion providers offer at the cursor, for guided completions. */
+  symbols?: SymbolSource;
+}
+
+/** The names for an inline request (src/symbols.ts's SymbolCollector). */
+export interface SymbolSource {
+  /** The names to send as `midwordCandidates`; undefined: send none. */
+  collect(document: CursorDocument, position: CursorPosition): Promise<string[] | undefined>;
+  /** Whether names are being collected at this cursor (midword's completion provider then stays out). */
+  collecting(uri: string, line: number, character: number): boolean;
 }
 
 export interface LaunchSpec {
@@ -82,6 +93,7 @@ export interface ControllerDeps {
   /** Shows an error notification with the problem's actions. */
   reportProblem(problem: StartProblem): void;
   completionEvents?: CompletionEvents;
+  symbols?: SymbolSource;
   debounceMs?: number;
   timers?: Timers;
   /** Crashes tolerated within `crashWindowMs` before giving up (default 3 in 3 minutes). */
@@ -221,6 +233,7 @@ export class ServerController {
     return {
       isEnabled: () => this.enabled,
       completionEvents: this.deps.completionEvents,
+      symbols: this.deps.symbols,
       currentOptions: () => this.deps.readSettings().options,
       onServerStatus: (status) => {
         this.deps.status.onServerStatus(status);

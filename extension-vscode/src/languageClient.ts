@@ -3,8 +3,9 @@
  * stdio, sends the settings as `initializationOptions`, and hooks the
  * server's status and progress notifications into the status bar. Inline
  * completions themselves are vscode-languageclient's own
- * InlineCompletionItemFeature; the middleware here only switches them off
- * (midword.enable) and times them.
+ * InlineCompletionItemFeature; the middleware here switches them off
+ * (midword.enable), times them, and adds the names other providers offer at the
+ * cursor (src/symbols.ts) as `midwordCandidates`, sending that request itself.
  */
 import * as readline from 'node:readline';
 import type { Readable } from 'node:stream';
@@ -21,6 +22,7 @@ import {
   type ClientCapabilities,
   type Disposable,
   type FeatureState,
+  type InlineCompletionParams,
   type InlineCompletionRegistrationOptions,
   type LanguageClientOptions,
   type ServerOptions as LaunchOptions,
@@ -32,6 +34,7 @@ import type { ClientHooks, LaunchSpec, ServerClient } from './controller';
 import { SECTION, type ServerOptions } from './options';
 import { StderrRouter } from './serverLog';
 import { parseProgressValue, parseServerStatus, STATUS_NOTIFICATION } from './statusModel';
+import { CANDIDATES_FIELD } from './symbols';
 
 export const CLIENT_ID = 'midword';
 export const CLIENT_NAME = 'midword';
@@ -192,8 +195,52 @@ export interface LanguageClientDeps {
   stderrRouter?: StderrRouter;
 }
 
+/** A function, so that a check after an `await` is not narrowed away by one before it. */
+function isCancelled(token: vscode.CancellationToken): boolean {
+  return token.isCancellationRequested;
+}
+
+type InlineResult = vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined;
+
+/**
+ * `textDocument/inlineCompletion` with `midwordCandidates` in its params: the
+ * middleware's `next` builds the params itself, so such a request is sent here.
+ */
+export type InlineWithCandidates = (
+  document: vscode.TextDocument,
+  position: vscode.Position,
+  context: vscode.InlineCompletionContext,
+  candidates: readonly string[],
+  token: vscode.CancellationToken,
+) => Promise<InlineResult>;
+
+/** Sends the inline request with candidates as vscode-languageclient sends it without them. */
+function inlineWithCandidates(client: () => LanguageClient): InlineWithCandidates {
+  return async (document, position, context, candidates, token) => {
+    const current = client();
+    const params: InlineCompletionParams & { [CANDIDATES_FIELD]: readonly string[] } = {
+      ...current.code2ProtocolConverter.asInlineCompletionParams(document, position, context),
+      [CANDIDATES_FIELD]: candidates,
+    };
+    try {
+      const result = await current.sendRequest(InlineCompletionRequest.type, params, token);
+      if (token.isCancellationRequested) {
+        return null;
+      }
+      return await current.protocol2CodeConverter.asInlineCompletionResult(result, token);
+    } catch (error) {
+      return current.handleFailedRequest(InlineCompletionRequest.type, token, error, null);
+    }
+  };
+}
+
 /** Builds the client options; exported for tests of the middleware. */
-export function clientOptions(hooks: ClientHooks, deps: LanguageClientDeps, onClosed: () => void): LanguageClientOptions {
+export function clientOptions(
+  hooks: ClientHooks,
+  deps: LanguageClientDeps,
+  onClosed: () => void,
+  withCandidates?: InlineWithCandidates,
+): LanguageClientOptions {
   const router = deps.stderrRouter ?? new StderrRouter();
   return {
     documentSelector: DOCUMENT_SELECTOR,
@@ -223,7 +270,14 @@ export function clientOptions(hooks: ClientHooks, deps: LanguageClientDeps, onCl
           return null;
         }
         const started = performance.now();
-        const result = await next(document, position, context, token);
+        const candidates = withCandidates !== undefined ? await hooks.symbols?.collect(document, position) : undefined;
+        if (isCancelled(token)) {
+          return null; // typed on while the other providers answered
+        }
+        const result =
+          candidates !== undefined && withCandidates !== undefined
+            ? await withCandidates(document, position, context, candidates, token)
+            : await next(document, position, context, token);
         if (!token.isCancellationRequested) {
           hooks.onCompletionLatency(performance.now() - started);
           const items = Array.isArray(result) ? result : (result?.items ?? []);
@@ -231,6 +285,12 @@ export function clientOptions(hooks: ClientHooks, deps: LanguageClientDeps, onCl
         }
         return result;
       },
+      // The symbols collection runs every completion provider, midword's too: at that
+      // cursor midword's answers nothing, without asking the server (no model run).
+      provideCompletionItem: (document, position, context, token, next) =>
+        hooks.symbols?.collecting(document.uri.toString(), position.line, position.character) === true
+          ? null
+          : next(document, position, context, token),
       workspace: {
         // A server that pulls section "midword" gets the same object as initializationOptions.
         configuration: async (params, token, next) => {
@@ -264,8 +324,16 @@ export function createLanguageClient(launch: LaunchSpec, hooks: ClientHooks, dep
     }
   };
   const router = deps.stderrRouter ?? new StderrRouter();
-  const options = clientOptions(hooks, { ...deps, stderrRouter: router }, onClosed);
+  const created: { client?: LanguageClient } = {};
+  const current = (): LanguageClient => {
+    if (created.client === undefined) {
+      throw new Error('the language client is not created yet');
+    }
+    return created.client;
+  };
+  const options = clientOptions(hooks, { ...deps, stderrRouter: router }, onClosed, inlineWithCandidates(current));
   const client = new MidwordLanguageClient(CLIENT_ID, CLIENT_NAME, serverOptions, options);
+  created.client = client;
   client.completionEvents = hooks.completionEvents;
   client.registerFeature(new ProgressToStatusFeature(client, (token, value) => {
       hooks.onProgress(token, value);

@@ -19,6 +19,8 @@ export const EXTENSION_SETTINGS = {
   pythonPath: 'python.path',
   /** LSP message trace, read by vscode-languageclient itself. */
   traceServer: 'trace.server',
+  /** Ask the other completion providers for the names at the cursor (src/symbols.ts); read at each request. */
+  symbols: 'symbols',
 } as const;
 
 export const BACKENDS = ['auto', 'llamacpp', 'torch'] as const;
@@ -104,6 +106,8 @@ export interface ServerOptions {
   languages: Readonly<Record<string, boolean>>;
   /** Glob patterns of files never completed nor quoted into other buffers' prompts; [] = none. */
   excludeFiles: readonly string[];
+  /** Names sent with a request (`midwordCandidates`) guide it only when the model gives them this much probability together. */
+  symbolsMinMass: number;
 }
 
 export type ServerOptionKey = keyof ServerOptions;
@@ -146,6 +150,7 @@ export const SERVER_OPTION_KEYS: readonly ServerOptionKey[] = [
   'contextBytes',
   'languages',
   'excludeFiles',
+  'symbolsMinMass',
 ];
 
 /**
@@ -205,6 +210,7 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
     'credentials*.json',
     'secrets.*',
   ]),
+  symbolsMinMass: 0.05,
 });
 
 /** Reads one setting by its key relative to `midword.` (e.g. `topP`); `undefined` when unset. */
@@ -296,6 +302,7 @@ const CHECKS: { [K in ServerOptionKey]: { check: Check<ServerOptions[K]>; expect
   contextBytes: { check: numberIn(0, Infinity, { integer: true }), expected: 'an integer >= 0' },
   languages: { check: isLanguageSwitches, expected: 'an object of language ids to true or false, "*" for the rest' },
   excludeFiles: { check: arrayOf(isPattern), expected: 'a list of glob patterns' },
+  symbolsMinMass: { check: numberIn(0, 1, {}), expected: 'a number with 0 <= symbolsMinMass <= 1' },
 };
 
 /** A fresh copy of an array or object value (so options never share the frozen fallbacks or VS Code's read-only objects). */

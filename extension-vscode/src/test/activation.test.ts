@@ -101,6 +101,7 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
       contextBytes: 1024,
       languages: { '*': true, plaintext: false, markdown: false, scminput: false },
       excludeFiles: settingDefaults(readPackageJson()).get('excludeFiles'),
+      symbolsMinMass: 0.05,
     });
     const item = s.vscode.statusItems[0];
     assert.ok(item?.visible);
@@ -274,6 +275,31 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
     assert.equal(s.clients.length, 2);
     assert.equal(client.stopped, 1);
     assert.equal(s.lastClient().hooks.currentOptions().maxTokens, 16);
+    await s.ext.dispose();
+  });
+
+  it('midword.symbols: the client gets names from vscode.executeCompletionItemProvider; off, live, with no server message', async () => {
+    const s = setup((vscode) => {
+      vscode.user.set('midword.python.path', okPython);
+      vscode.onExecute = (command) =>
+        command === 'vscode.executeCompletionItemProvider' ? { items: [{ label: 'frobnicate', kind: 1 }, { label: 'size', kind: 9 }] } : undefined;
+    });
+    await settle(s);
+    const symbols = s.lastClient().hooks.symbols;
+    assert.ok(symbols);
+    const uri = { toString: () => 'file:///ws/a.py' };
+    const document = { uri, lineAt: () => ({ text: 'w.fro' }) };
+    const position = { line: 0, character: 5 };
+    assert.deepEqual(await symbols.collect(document, position), ['frobnicate']);
+    assert.deepEqual(s.vscode.executed, [['vscode.executeCompletionItemProvider', uri, position]]);
+    assert.ok(s.vscode.logLines.some((line) => line.startsWith('debug symbols: 1 name(s)')));
+
+    s.vscode.setUser('symbols', 'off');
+    await settle(s);
+    assert.equal(await symbols.collect(document, position), undefined);
+    assert.equal(s.vscode.executed.length, 1, 'off: the providers are not asked');
+    assert.equal(s.lastClient().sent.length, 0, 'an extension setting: nothing is sent to the server');
+    assert.equal(s.clients.length, 1);
     await s.ext.dispose();
   });
 

@@ -35,7 +35,7 @@ describe('classifyConfigurationChange', () => {
       assert.deepEqual(effects.changedOptions, [key]);
       assert.deepEqual(effects.reloadOptions, [key]);
     }
-    for (const key of ['method', 'mode', 'temperature', 'topP', 'maxTokens', 'timeBudgetMs', 'multiline', 'minConfidence', 'maxLines', 'windowBytes', 'logLevel', 'maxItems', 'acceptanceLog']) {
+    for (const key of ['method', 'mode', 'temperature', 'topP', 'maxTokens', 'timeBudgetMs', 'multiline', 'minConfidence', 'maxLines', 'windowBytes', 'logLevel', 'maxItems', 'acceptanceLog', 'symbolsMinMass']) {
       const effects = classifyConfigurationChange(affects(`midword.${key}`));
       assert.equal(effects.forwardToServer, true, key);
       assert.equal(effects.restartServer, false, key);
@@ -44,8 +44,8 @@ describe('classifyConfigurationChange', () => {
     }
   });
 
-  it('trace.server and unrelated settings do nothing', () => {
-    for (const id of ['midword.trace.server', 'editor.fontSize', 'python.defaultInterpreterPath']) {
+  it('trace.server, symbols (read at each request) and unrelated settings do nothing', () => {
+    for (const id of ['midword.trace.server', 'midword.symbols', 'editor.fontSize', 'python.defaultInterpreterPath']) {
       const effects = classifyConfigurationChange(affects(id));
       assert.equal(effects.restartServer || effects.forwardToServer || effects.enablementChanged, false, id);
     }

@@ -11,6 +11,7 @@ import type { ClientHooks, ServerClient } from '../controller';
 import { settingDefaults } from '../manifest';
 import { FALLBACK_OPTIONS, type ServerOptions } from '../options';
 import type { ProgressValue, ServerStatus } from '../statusModel';
+import { CANDIDATES_FIELD, EXECUTE_COMPLETION_PROVIDER, SymbolCollector, type SymbolsSetting } from '../symbols';
 import { fakeServerPython, serverMessages, waitFor, type FakeServerFiles } from './helpers/fakeServerLauncher';
 import { FakeVscode } from './helpers/fakeVscode';
 import { readPackageJson, tempDir } from './helpers/paths';
@@ -34,8 +35,17 @@ describe('createLanguageClient with the real vscode-languageclient and a fake se
   const recorded: Recorded = { statuses: [], progress: [], latencies: [], exits: [] };
   const channelLines: string[] = [];
   const completionEvents = new CompletionEvents((method, params) => void client.sendNotification(method, params));
+  let fake: FakeVscode;
+  let symbolsSetting: SymbolsSetting = 'off';
+  const symbolLog: string[] = [];
+  const symbols = new SymbolCollector({
+    setting: () => symbolsSetting,
+    provideCompletions: (uri, position) => fake.api().commands.executeCommand(EXECUTE_COMPLETION_PROVIDER, uri, position),
+    log: (message) => symbolLog.push(message),
+  });
   const hooks: ClientHooks = {
     completionEvents,
+    symbols,
     isEnabled: () => enabled,
     currentOptions: () => options,
     onServerStatus: (status) => recorded.statuses.push(status),
@@ -47,7 +57,7 @@ describe('createLanguageClient with the real vscode-languageclient and a fake se
   before(async () => {
     const dir = tempDir('midword-lc-');
     files = fakeServerPython(dir);
-    const fake = new FakeVscode(settingDefaults(readPackageJson()), dir);
+    fake = new FakeVscode(settingDefaults(readPackageJson()), dir);
     const stub = createVscodeModule(fake);
     state = stub.state;
     installVscodeModule(stub.module);
@@ -185,6 +195,114 @@ describe('createLanguageClient with the real vscode-languageclient and a fake se
       ],
     );
     assert.deepEqual(events()[0]?.params, { id, method: 'bytesampler', context: 'inside_word' });
+  });
+
+  /** A document of one line, as VS Code gives it to the providers. */
+  function documentWith(line: string): Record<string, unknown> {
+    return {
+      uri: { toString: () => 'file:///ws/c.py', scheme: 'file', fsPath: '/ws/c.py' },
+      languageId: 'python',
+      version: 1,
+      lineAt: () => ({ text: line }),
+    };
+  }
+
+  const token = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose: () => undefined }) };
+
+  /**
+   * `vscode.executeCompletionItemProvider` as VS Code runs it: every registered
+   * completion provider (midword's, from the client, and `other`) at the cursor, their
+   * items merged into one list.
+   */
+  function runProvidersLikeVscode(document: Record<string, unknown>, other: () => unknown): void {
+    fake.onExecute = async (command, _uri, position) => {
+      if (command !== EXECUTE_COMPLETION_PROVIDER) {
+        return undefined;
+      }
+      const context = { triggerKind: 0, triggerCharacter: undefined };
+      const providers = [...state.completionProviders.map((entry) => entry.provider), { provideCompletionItems: other }];
+      const answers = await Promise.all(providers.map((provider) => provider.provideCompletionItems?.(document, position, token, context)));
+      const items = answers.flatMap((answer): unknown[] =>
+        Array.isArray(answer) ? (answer as unknown[]) : ((answer as { items?: unknown[] } | null | undefined)?.items ?? []),
+      );
+      return { isIncomplete: false, items };
+    };
+  }
+
+  const inlineRequests = (): Record<string, unknown>[] =>
+    serverMessages(files).filter((m) => m.method === 'textDocument/inlineCompletion').map((m) => m.params);
+  const completionRequests = (): number => serverMessages(files).filter((m) => m.method === 'textDocument/completion').length;
+
+  it("registers midword's LSP completion provider (the server offers textDocument/completion)", () => {
+    assert.equal(state.completionProviders.length, 1);
+  });
+
+  it('guided: the names other providers offer at the cursor go to the server as midwordCandidates; midword\'s own items do not', async () => {
+    symbolsSetting = 'auto';
+    const provider = state.inlineProviders[0]?.provider;
+    assert.ok(provider?.provideInlineCompletionItems);
+    const line = '    widget.frob';
+    const document = documentWith(line);
+    runProvidersLikeVscode(document, () => ({
+      items: [
+        { label: 'frobnicateAll', kind: 1 },
+        { label: { label: 'frobnicate', description: 'made up' }, filterText: 'frobnicate', kind: 1 },
+        { label: 'frobWord', kind: 0 }, // a word list's item: not a name the editor knows
+        { label: 'size', kind: 9 },
+      ],
+    }));
+    const inlineBefore = inlineRequests().length;
+    const completionsBefore = completionRequests();
+    const result = (await provider.provideInlineCompletionItems(document, new StubPosition(0, line.length), { triggerKind: 1, selectedCompletionInfo: undefined }, token)) as
+      | { items?: { insertText: unknown }[] }
+      | { insertText: unknown }[];
+    const items = Array.isArray(result) ? result : (result.items ?? []);
+    assert.equal(items[0]?.insertText, 'frobnicateAll()', 'the server answer, converted as vscode-languageclient converts it');
+    const sent = inlineRequests().slice(inlineBefore);
+    assert.equal(sent.length, 1);
+    const params = sent[0];
+    assert.ok(params);
+    assert.deepEqual(params[CANDIDATES_FIELD], ['frobnicateAll', 'frobnicate']);
+    assert.deepEqual(params.position, { line: 0, character: line.length });
+    assert.deepEqual(params.textDocument, { uri: 'file:///ws/c.py' });
+    assert.equal(completionRequests(), completionsBefore, "midword's completion provider did not ask the server (no model run)");
+    assert.ok(!JSON.stringify(params).includes('midwordOwnItem'));
+    assert.equal(symbols.collecting('file:///ws/c.py', 0, line.length), false);
+    assert.deepEqual(
+      fake.executed.filter(([command]) => command === EXECUTE_COMPLETION_PROVIDER).map(([, , position]) => position),
+      [new StubPosition(0, line.length)],
+    );
+  });
+
+  it("midword's completion provider still asks the server when no names are being collected", async () => {
+    const completion = state.completionProviders[0]?.provider;
+    assert.ok(completion?.provideCompletionItems);
+    const before = completionRequests();
+    await completion.provideCompletionItems(documentWith('x = fo'), new StubPosition(0, 6), token, { triggerKind: 0 });
+    await waitFor('a textDocument/completion request', () => completionRequests() === before + 1);
+  });
+
+  it('unguided: outside a name, with no names extending the typed one, and with midword.symbols off', async () => {
+    const provide = state.inlineProviders[0]?.provider.provideInlineCompletionItems;
+    assert.ok(provide);
+    const ask = async (line: string): Promise<void> => {
+      const document = documentWith(line);
+      runProvidersLikeVscode(document, () => [{ label: 'frobnicate', kind: 1 }]);
+      await provide(document, new StubPosition(0, line.length), { triggerKind: 1, selectedCompletionInfo: undefined }, token);
+    };
+    const executedBefore = fake.executed.length;
+    const inlineBefore = inlineRequests().length;
+    symbolsSetting = 'auto';
+    await ask('x = ');
+    assert.equal(fake.executed.length, executedBefore, 'not in a name: the providers are not asked');
+    await ask('x = widget.zz');
+    assert.equal(fake.executed.length, executedBefore + 1, 'asked; none of the names goes on from "zz"');
+    symbolsSetting = 'off';
+    await ask('x = widget.frob');
+    assert.equal(fake.executed.length, executedBefore + 1, 'off: never asked');
+    const sent = inlineRequests().slice(inlineBefore);
+    assert.equal(sent.length, 3);
+    assert.ok(sent.every((params) => !(CANDIDATES_FIELD in params)), JSON.stringify(sent));
   });
 
   it('sendConfiguration sends workspace/didChangeConfiguration with { settings: options }', async () => {

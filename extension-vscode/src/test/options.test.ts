@@ -46,6 +46,7 @@ const SPEC_DEFAULTS = {
   contextFiles: 'auto',
   contextBytes: 1024,
   languages: { '*': true, plaintext: false, markdown: false, scminput: false },
+  symbolsMinMass: 0.05,
   excludeFiles: [
     '.env',
     '.env.*',
@@ -73,9 +74,9 @@ const SPEC_DEFAULTS = {
 describe('settings -> initializationOptions', () => {
   const defaults = settingDefaults(readPackageJson());
 
-  it('package.json declares a midword.* setting for every server option, plus enable and python.path', () => {
+  it('package.json declares a midword.* setting for every server option, plus the extension settings', () => {
     const declared = [...defaults.keys()].sort();
-    assert.deepEqual(declared, [...SERVER_OPTION_KEYS, 'enable', 'python.path', 'trace.server'].sort());
+    assert.deepEqual(declared, [...SERVER_OPTION_KEYS, 'enable', 'python.path', 'trace.server', 'symbols'].sort());
   });
 
   it('the declared defaults are the server defaults and the in-code fallbacks', () => {
@@ -89,6 +90,7 @@ describe('settings -> initializationOptions', () => {
     assert.deepEqual(Object.keys(options), [...SERVER_OPTION_KEYS]);
     assert.ok(!('enable' in options));
     assert.ok(!('python.path' in options) && !('python' in options));
+    assert.ok(!('symbols' in options), 'midword.symbols is read by the extension at each request');
   });
 
   it('passes valid user values through unchanged', () => {
@@ -124,6 +126,7 @@ describe('settings -> initializationOptions', () => {
       contextBytes: 512,
       languages: { '*': false, python: true },
       excludeFiles: ['*.secret'],
+      symbolsMinMass: 0.2,
       enable: false,
       'python.path': '/usr/bin/python3',
     };
@@ -178,7 +181,7 @@ describe('settings -> initializationOptions', () => {
     }
   });
 
-  it('minConfidence takes "auto" or a number in [0, 1); maxLines an integer >= 0 (0 = no limit)', () => {
+  it('minConfidence takes "auto" or a number in [0, 1); maxLines an integer >= 0 (0 = no limit); symbolsMinMass a number in [0, 1]', () => {
     for (const [key, valid] of [
       ['minConfidence', 'auto'],
       ['minConfidence', 0],
@@ -186,6 +189,9 @@ describe('settings -> initializationOptions', () => {
       ['maxLines', 0],
       ['maxLines', 1],
       ['maxLines', 40],
+      ['symbolsMinMass', 0],
+      ['symbolsMinMass', 1],
+      ['symbolsMinMass', 0.3],
     ] as [string, unknown][]) {
       const { options, problems } = buildInitializationOptionsWithProblems((k) => (k === key ? valid : undefined));
       assert.equal(options[key as ServerOptionKey], valid, key);
@@ -199,6 +205,9 @@ describe('settings -> initializationOptions', () => {
       ['maxLines', -1],
       ['maxLines', 1.5],
       ['maxLines', '2'],
+      ['symbolsMinMass', -0.01],
+      ['symbolsMinMass', 1.5],
+      ['symbolsMinMass', 'auto'],
     ];
     for (const [key, value] of invalid) {
       const { options, problems } = buildInitializationOptionsWithProblems((k) => (k === key ? value : undefined));
@@ -355,6 +364,7 @@ describe('settings -> initializationOptions', () => {
     }
     assert.match(String(properties['midword.python.path']?.markdownDescription), /restarts the server/);
     assert.match(String(properties['midword.enable']?.markdownDescription), /No restart/);
+    assert.match(String(properties['midword.symbols']?.markdownDescription), /Applied live/);
   });
 });
 

@@ -129,6 +129,7 @@ export class FakeVscode {
         },
         onDidChangeActiveTextEditor: fake.activeEditorChanged.event,
         createOutputChannel: () => ({
+          debug: (m: string) => fake.logLines.push(`debug ${m}`),
           info: (m: string) => fake.logLines.push(`info ${m}`),
           warn: (m: string) => fake.logLines.push(`warn ${m}`),
           error: (m: string) => fake.logLines.push(`error ${m}`),

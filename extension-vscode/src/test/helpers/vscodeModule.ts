@@ -141,13 +141,15 @@ export function stubLogChannel(lines: string[] = []): Record<string, unknown> {
 export interface VscodeModuleState {
   /** Inline completion providers registered through `languages.registerInlineCompletionItemProvider`. */
   inlineProviders: { selector: unknown; provider: Record<string, (...args: unknown[]) => unknown> }[];
+  /** Completion providers registered through `languages.registerCompletionItemProvider`. */
+  completionProviders: { selector: unknown; provider: Record<string, (...args: unknown[]) => unknown> }[];
   /** Lines written to output channels created through `window.createOutputChannel`. */
   channelLines: string[];
 }
 
 /** Builds the module around a FakeVscode (settings, commands, status bar, messages). */
 export function createVscodeModule(fake: FakeVscode): { module: Record<string, unknown>; state: VscodeModuleState } {
-  const state: VscodeModuleState = { inlineProviders: [], channelLines: [] };
+  const state: VscodeModuleState = { inlineProviders: [], completionProviders: [], channelLines: [] };
   const api = fake.api() as unknown as Record<string, Record<string, unknown>>;
   const window = api.window ?? {};
   const workspace = api.workspace ?? {};
@@ -187,6 +189,10 @@ export function createVscodeModule(fake: FakeVscode): { module: Record<string, u
       registerInlineCompletionItemProvider: (selector: unknown, provider: Record<string, (...args: unknown[]) => unknown>) => {
         state.inlineProviders.push({ selector, provider });
         return { dispose: () => (state.inlineProviders = state.inlineProviders.filter((p) => p.provider !== provider)) };
+      },
+      registerCompletionItemProvider: (selector: unknown, provider: Record<string, (...args: unknown[]) => unknown>) => {
+        state.completionProviders.push({ selector, provider });
+        return { dispose: () => (state.completionProviders = state.completionProviders.filter((p) => p.provider !== provider)) };
       },
     }),
     commands: namespace(api.commands ?? {}),
