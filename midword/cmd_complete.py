@@ -52,7 +52,7 @@ model, --method bytesampler and no --suffix.
 line only; 0, the default: no limit). --min-confidence P cuts it where the model's
 exact probability of it falls below P, at a word or line boundary (whole words whose end
 is still at least P are kept; a first word below P leaves nothing), as the language
-server's minConfidence does (docs/editors.md, "Suggestion length"); "auto" is 0.1. It
+server's minConfidence does (docs/editors.md, "Suggestion length"); "auto" is 0.2. It
 makes PBP mode solve the whole tree (the leaf's probability is needed), and generation
 stops once the probability is below P. The cut is applied to "completion" and
 "completion_hex"; "tokens" counts what was generated.
@@ -184,7 +184,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="P",
         help="cut where the completion's exact probability falls below P, at a word "
-        'boundary (0 <= P < 1, or "auto" = 0.1; default 0: off)',
+        'boundary (0 <= P < 1, or "auto" = 0.2; default 0: off)',
     )
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object per prefix (see above)"

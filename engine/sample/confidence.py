@@ -36,8 +36,10 @@ from collections.abc import Sequence
 
 __all__ = ["AUTO_MIN_CONFIDENCE", "confidence_cut", "min_logprob"]
 
-# "auto": provisional, until a simulated-acceptance benchmark tunes it
-AUTO_MIN_CONFIDENCE = 0.1
+# "auto": tuned by `midword bench acceptance` on its development half (docs/benchmarks.md):
+# the best of accepted minus half the wasted characters per cut, for the cut and the
+# silence alike (a second threshold for the first word gained less than its noise)
+AUTO_MIN_CONFIDENCE = 0.2
 _SPACE = b" \t\r\n"
 
 Span = tuple[int, "float | None"]  # (end byte of the step's text, its log-probability)
@@ -47,7 +49,7 @@ def min_logprob(min_confidence: float | str) -> float:
     """The log-probability threshold of a ``minConfidence`` value (0: -inf, no cut).
 
     >>> min_logprob(0), round(min_logprob("auto"), 4)
-    (-inf, -2.3026)
+    (-inf, -1.6094)
     """
     value = AUTO_MIN_CONFIDENCE if min_confidence == "auto" else float(min_confidence)
     return math.log(value) if value > 0 else -math.inf

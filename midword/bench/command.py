@@ -9,6 +9,13 @@
   midword bench overhead    inference tokens per prompt-boundary solve vs plain BPE on
                             random 100-byte windows (table 2); wall clock of normal
                             sampling vs PBP mode vs byte sampling (table 12)
+  midword bench acceptance  simulated acceptance on held-out code: what a user keeps of
+                            fixed-length, one-line, multiline-auto and confidence
+                            suggestions; tunes minConfidence "auto" (issue 38)
+  midword bench symbols     held-out Python cut at identifiers (after `.`, bare names):
+                            next-identifier match and names that do not exist, of
+                            naive, token healing, ByteSampler and ByteSampler guided
+                            by jedi's completions (issue 39)
 
 Each takes --model (a Hugging Face directory; default: the shipped model),
 --device, --dtype, --limit, --seed and --out DIR, shows a progress bar on stderr,
@@ -39,6 +46,11 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "humaneval": ("midword.bench.humaneval", "HumanEval random span pass@1 (tables 14, 15)"),
     "charlm": ("midword.bench.charlm", "bits/char and next-char accuracy (tables 3-6)"),
     "overhead": ("midword.bench.overhead", "inference tokens and wall clock (tables 2, 12)"),
+    "acceptance": (
+        "midword.bench.acceptance",
+        "simulated acceptance of suggestion-length policies; tunes minConfidence auto",
+    ),
+    "symbols": ("midword.bench.symbols", "next identifier guided by jedi's names (issue 39)"),
 }
 
 

@@ -63,3 +63,33 @@ def histogram(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def tradeoff(
+    path: Path,
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    points: Mapping[str, tuple[float, float]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    logx: bool = False,
+) -> Path:
+    """Curves (e.g. a threshold sweep) with single policies as labelled markers."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.8))
+    for name, (xs, ys) in curves.items():
+        ax.plot(xs, ys, marker=".", label=name)
+    markers = "osD^v<>ph*"
+    for i, (name, (x, y)) in enumerate(points.items()):
+        ax.scatter([x], [y], marker=markers[i % len(markers)], s=50, zorder=3, label=name)
+    if logx:
+        ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", framealpha=0.6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

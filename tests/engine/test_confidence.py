@@ -11,7 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from midword.engine import Completer, Settings, confidence_cut, load_engine, min_logprob
+from midword.engine import (
+    AUTO_MIN_CONFIDENCE,
+    Completer,
+    Settings,
+    confidence_cut,
+    load_engine,
+    min_logprob,
+)
 
 from midword.testing import real_encoder
 
@@ -134,4 +141,4 @@ def test_unknown_steps_mean_no_cut_and_the_threshold_of_an_option() -> None:
     assert confidence_cut(b"foo bar", [(3, -2.0), (7, -9.0)], -1.0) == 0
     assert confidence_cut("été fini".encode(), [(2, -0.1), (10, -5.0)], -1.0) == 0  # é is a word
     assert min_logprob(0) == -math.inf and min_logprob(0.5) == math.log(0.5)
-    assert min_logprob("auto") == math.log(0.1)
+    assert min_logprob("auto") == math.log(AUTO_MIN_CONFIDENCE) == math.log(0.2)
