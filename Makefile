@@ -1,5 +1,7 @@
 # One entry point for every task: `make help` lists them.
 PY ?= python3
+# pytest workers: one per core, 2 to 4 (each worker holds its own models and tables)
+WORKERS ?= $(shell $(PY) -c "import os; print(max(2, min(4, len(os.sched_getaffinity(0)))))" 2>/dev/null || echo 2)
 
 .PHONY: help install demo complete-demo serve bench-server test test-exact test-fast wheel-check lint fmt bench-engine bench-backend tree ext bench-humaneval bench-charlm bench-overhead
 
@@ -23,8 +25,8 @@ complete-demo:  ## the same mid-word cut through the CLI: `midword complete`, ex
 serve:  ## run the language server on stdio (what editors start)
 	$(PY) -m midword serve
 
-test:  ## run the whole test suite (what CI runs), on 2 worker processes (tests grouped by file, and by tokenizer in the slow exactness files)
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+test:  ## run the whole test suite (what CI runs), on one worker process a core, 2 to 4 (tests grouped by file, and by tokenizer in the slow exactness files)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup
 
 test-exact:  ## the exactness file alone: 13 pinned + 100 random prefixes per tokenizer against brute force
 	$(PY) -m pytest -q -n 2 --dist loadgroup tests/engine/test_sampling.py
