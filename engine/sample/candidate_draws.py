@@ -23,6 +23,12 @@ with probability ``B/U``, else the round starts again with the tighter bounds. T
 telescope: every candidate ends a round with probability ``weight / B[root]``, the same
 constant for all of them, so an accepted candidate is an exact draw.
 
+The trie's nodes are the root, the candidates and its branch points (`_Shape`): a child at
+the end of a run of bytes gets ``U`` from the probability of the run's first byte (its
+parent's distribution has it; the same candidates lie below, and the run's probability is
+at most that), and entering it scores it once at its end. Any bounds that hold keep the
+draw exact; tighter ones only waste fewer rounds.
+
 >>> from midword.engine import load_engine
 >>> from midword.engine.model.fake import FakeModel
 >>> engine = load_engine("models/default")
@@ -69,20 +75,22 @@ def draw_continuation(
     top_p: float = 1.0,
     min_mass: float = 0.0,
     should_stop: Callable[[], bool] | None = None,
+    by_bytes: bool = False,
 ) -> Likeliest:
     """A candidate drawn exactly from the scores transformed as `Transform` does (power
     ``1/temperature``, then top-k, then top-p; see the module docstring), once the
     candidates are known to hold ``min_mass`` of the probability (`likeliest_continuation`
     decides it; its bounds are returned, and ``best`` is None when they hold less). With
     top-k or top-p the candidates are taken best first until the kept ones are certain
-    (`_nucleus`). The sampler is left at ``prefix``.
+    (`_nucleus`). The sampler is left at ``prefix``. ``by_bytes``: the slow per-byte
+    reference walk of the trie (the same distribution; a seed may draw differently).
     """
     if end not in END_CONDITIONS:
         raise ValueError(f"unknown end {end!r}; expected one of {', '.join(END_CONDITIONS)}")
     Transform(temperature, top_k, top_p)  # checks them
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 to draw, got {temperature}")
-    trie = _Trie(sampler, prefix, should_stop)
+    trie = _Trie(sampler, prefix, should_stop, by_bytes=by_bytes)
     decided = _BestFirst(trie, continuations, end).run(min_mass)
     drawn = None
     if decided.best is not None and decided.mass_low >= min_mass:
@@ -92,7 +100,8 @@ def draw_continuation(
             weights = np.array([power * w for _, w in kept])
             drawn = _score(trie, end, kept[_pick(weights, rng)][0])
         else:
-            drawn = _Rejection(trie, _Shape(continuations, end), end, power).draw(rng)
+            shape = _Shape(continuations, end, compress=not by_bytes)
+            drawn = _Rejection(trie, shape, end, power).draw(rng)
     sampler.reset(prefix)
     return Likeliest(drawn, decided.mass_low, decided.mass_high, len(trie.dists))
 
@@ -211,16 +220,19 @@ class _Rejection:
         return math.log(1.0 - rng.random()) <= self.sums[path] - before  # log(u), u in (0, 1]
 
     def _expand(self, path: bytes) -> None:
-        reach = self.trie.reach(path)
+        reach = self.trie.reach(path)  # a node reached by a run of bytes may have zero
         own = NEG_INF
-        if path in self.shape.order:
+        if path in self.shape.order and reach > NEG_INF:
             ended = ending_logprob(self.trie.dist(path)) if self.end == "identifier" else 0.0
             own = self.power * (reach + ended)
         self.own[path] = own
-        for child in self._kids(path):
-            self.bound[child] = self._bound(child, self.trie.reach(child))
+        for child in self._kids(path):  # bounded by the first byte of the run to it
+            first = self.trie.reach(child[: len(path) + 1]) if reach > NEG_INF else NEG_INF
+            self.bound[child] = self._bound(child, first)
         for depth in range(len(path), -1, -1):  # the node, then its ancestors, tighter
             node = path[:depth]
+            if node not in self.own:  # inside a run of bytes: not a node
+                continue
             total = logsumexp(
                 np.array([self.own[node], *(self.bound[c] for c in self._kids(node))])
             )
@@ -236,7 +248,7 @@ class _Rejection:
         return self.power * reach + (0.0 if self.power >= 1 else (1 - self.power) * many)
 
     def _kids(self, path: bytes) -> list[bytes]:
-        return [path + bytes([b]) for b in sorted(self.shape.children.get(path, ()))]
+        return self.shape.kids(path)
 
 
 def _pick(logw: np.ndarray, rng: np.random.Generator) -> int:

@@ -20,18 +20,27 @@ non-identifier byte, and the end of text), not one minus the identifier bytes' s
 next-byte probabilities may sum to a little under one (the rest is mass on token sequences
 no text encodes to, see `ByteSampler`), and that mass is no text, so it ends no name.
 
-The candidates are walked as a byte trie over one `ByteSampler`: each distinct prefix of
-a candidate asks its next-byte distribution once (the chain rule makes their product the
-candidate's probability), the sampler's covering tree moves by `ByteSampler.reset`, and
-its session keeps the KV cache of what the prefixes share. A branch the model gives
-probability zero is not walked further.
+The candidates are walked as a byte trie over one `ByteSampler`, whose covering tree moves
+by `ByteSampler.reset` and whose session keeps the KV cache of what the prefixes share.
+A run of bytes where the trie does not branch is crossed with one tree scoring at its end,
+not one per byte: log P(x y | x) = log P(x y) - log P(x), and the sampler gives both
+prefix probabilities relative to the trunk of ``x`` (`ByteSampler.relative_prefix`: the
+~1,500 prompt tokens they share cancel, only the trunk tokens after them are read). That
+is the chain rule the per-byte walk multiplies out, so the scores are the same to
+rounding. One byte past a scored node is read from that node's next-byte distribution, as
+the per-byte walk does, so a byte the model gives probability zero is never pushed; a
+run whose covering tree does not exist (`PrefixError`: a byte no token has) has
+probability zero. ``by_bytes=True`` keeps the per-byte walk, one next-byte distribution
+per distinct prefix of a candidate, as the slow reference the tests compare with.
 
-Scoring every candidate costs one model call per distinct prefix of a candidate. When only
-one is wanted, less does: `likeliest_continuation` expands the trie best first (a node's
+Scoring every candidate costs about one model call per candidate (its end). When only one
+is wanted, less does: `likeliest_continuation` expands the trie best first (a node's
 probability bounds every candidate below it) and stops once the best is certain, and
 `~midword.engine.sample.candidate_draws.draw_continuation` draws one exactly at a
-temperature by rejection over the same trie. Both bound the candidates' total probability,
-for a caller that needs a minimum before it trusts them.
+temperature by rejection over the same trie; both score one tree per branch point or
+candidate they open, and bound a node they have not opened by the probability of its first
+byte. Both bound the candidates' total probability, for a caller that needs a minimum
+before it trusts them.
 
 >>> from midword.engine import load_engine
 >>> from midword.engine.model.fake import FakeModel
@@ -56,9 +65,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, PrefixError
 from .generate import Interrupted
-from .sampling import ByteSampler, NextBytes
+from .sampling import ByteSampler, NextBytes, TrunkAnchor
 from .transform import NEG_INF, logsumexp
 
 __all__ = [
@@ -126,16 +135,30 @@ def typed_identifier(prefix: bytes) -> bytes:
 class _Trie:
     """Next-byte distributions and log-probabilities of byte strings after the prefix, each
     computed once: a distribution is one `ByteSampler.next_bytes` (a model call) at
-    prefix + path; a path's log-probability is the chain of its bytes' conditionals."""
+    prefix + path, which also gives log P(prefix + path) relative to the prefix's trunk.
+
+    A path's log-probability is read from its longest known prefix on: one byte past a
+    scored node from that node's distribution, a longer run from one scoring at its end
+    (the difference of the two prefix log-probabilities, see the module docstring).
+    ``by_bytes``: the per-byte reference walk instead, the chain of every byte's
+    conditional, one distribution per byte."""
 
     def __init__(
-        self, sampler: ByteSampler, prefix: bytes, should_stop: Callable[[], bool] | None
+        self,
+        sampler: ByteSampler,
+        prefix: bytes,
+        should_stop: Callable[[], bool] | None,
+        *,
+        by_bytes: bool = False,
     ) -> None:
         self.sampler = sampler
         self.prefix = prefix
         self.should_stop = should_stop
+        self.by_bytes = by_bytes
         self.dists: dict[bytes, NextBytes] = {}
         self.reaches: dict[bytes, float] = {b"": 0.0}  # path -> log P(path | prefix)
+        self._anchor: TrunkAnchor | None = None  # the prefix's trunk, once scored
+        self._root = 0.0  # log P(prefix) relative to that trunk
 
     def reach(self, path: bytes) -> float:
         """log P(text goes on with ``path`` | prefix), from its longest known prefix on; a
@@ -144,20 +167,69 @@ class _Trie:
         while path[:depth] not in self.reaches:
             depth -= 1
         here = self.reaches[path[:depth]]
-        for d in range(depth, len(path)):
-            if here > NEG_INF:
-                here += float(self.dist(path[:d]).next[path[d]])
-            self.reaches[path[: d + 1]] = here
+        if self.by_bytes:
+            for d in range(depth, len(path)):
+                if here > NEG_INF:
+                    here += float(self.dist(path[:d]).next[path[d]])
+                self.reaches[path[: d + 1]] = here
+            return here
+        if here > NEG_INF and depth < len(path) and (not depth or path[:depth] in self.dists):
+            here += float(self.dist(path[:depth]).next[path[depth]])  # one byte: free
+            depth += 1
+            self.reaches[path[:depth]] = here
+        if depth < len(path):  # a run of bytes: one scoring at its end
+            here = self._measure(path) if here > NEG_INF else NEG_INF
+            self.reaches[path] = here
         return here
 
     def dist(self, path: bytes) -> NextBytes:
-        """The exact next-byte distribution after prefix + path."""
+        """The exact next-byte distribution after prefix + path (a path of probability
+        zero is never asked about)."""
         if path not in self.dists:
-            if self.should_stop is not None and self.should_stop():
-                raise Interrupted("scoring interrupted")
-            self.sampler.reset(self.prefix + path)
-            self.dists[path] = _checked(self.sampler.next_bytes(), len(path))
+            if self.by_bytes:
+                self._stop_check()
+                self.sampler.reset(self.prefix + path)
+                self.dists[path] = _checked(self.sampler.next_bytes(), len(path))
+            else:
+                reach = self._measure(path)
+                self.reaches.setdefault(path, reach)
+                if path not in self.dists:
+                    raise PrefixError(f"no token sequence covers {self.prefix + path!r}")
         return self.dists[path]
+
+    def _stop_check(self) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise Interrupted("scoring interrupted")
+
+    def _measure(self, path: bytes) -> float:
+        """Score the tree at prefix + path (its distribution is kept) and return log
+        P(path | prefix) = log P(prefix + path) - log P(prefix), both relative to the
+        prefix's trunk (`ByteSampler.relative_prefix`); -inf where no token sequence
+        covers prefix + path (`PrefixError`) or the tree has no mass."""
+        if path and not self.dists:
+            self.dist(b"")  # the root first: the trunk to measure from, and log P(prefix)
+        self._stop_check()
+        if self._anchor is None:
+            self.sampler.reset(self.prefix)  # the anchor is the prefix's own trunk
+        with self.sampler.relative_prefix(self._anchor) as anchor:
+            self._anchor = anchor
+            try:
+                self.sampler.reset(self.prefix + path)
+            except PrefixError:
+                if not path:
+                    raise
+                self.sampler.reset(self.prefix)  # a failed push leaves part of it pushed
+                return NEG_INF
+            with np.errstate(invalid="ignore"):  # a tree without mass: NaN conditionals
+                dist = _checked(self.sampler.next_bytes(), len(path))
+        self.dists[path] = dist
+        assert dist.prefix_logprob is not None
+        if not path:
+            self._root = dist.prefix_logprob
+            return 0.0
+        if dist.prefix_logprob == NEG_INF:
+            return NEG_INF
+        return dist.prefix_logprob - self._root
 
 
 def _checked(dist: NextBytes, depth: int) -> NextBytes:
@@ -175,16 +247,18 @@ def score_continuations(
     end: str = "none",
     *,
     should_stop: Callable[[], bool] | None = None,
+    by_bytes: bool = False,
 ) -> list[CandidateScore]:
     """The exact score of each continuation of ``prefix`` (see the module docstring), in the
     order given (repeats allowed, scored once). The sampler is left at ``prefix``.
 
     ``should_stop`` is polled before each model call (True raises `Interrupted`). Raises
     ValueError for an unknown ``end``, PrefixError for a prefix no token sequence covers.
+    ``by_bytes``: the slow per-byte reference walk (the same scores, to rounding).
     """
     if end not in END_CONDITIONS:
         raise ValueError(f"unknown end {end!r}; expected one of {', '.join(END_CONDITIONS)}")
-    trie = _Trie(sampler, prefix, should_stop)
+    trie = _Trie(sampler, prefix, should_stop, by_bytes=by_bytes)
     scored: dict[bytes, CandidateScore] = {}
     for cont in sorted(set(continuations)):  # sorted: the sampler moves little between them
         reach = trie.reach(cont)
@@ -217,6 +291,7 @@ def likeliest_continuation(
     *,
     min_mass: float = 0.0,
     should_stop: Callable[[], bool] | None = None,
+    by_bytes: bool = False,
 ) -> Likeliest:
     """The candidate with the highest exact score (`score_continuations`'s), by best-first
     search of the byte trie: a trie node's log-probability bounds every candidate below it
@@ -224,7 +299,9 @@ def likeliest_continuation(
     search stops once a finished candidate beats every node left and the candidates' total
     probability is known to be at least ``min_mass`` or under it. Ties go to the earlier
     candidate. Only the distributions on the way are computed: a model that wants ``ual``
-    after ``self.assertEq`` never scores the trie below ``self.assertEqI``.
+    after ``self.assertEq`` never scores the trie below ``self.assertEqI``; and a node is
+    one where the trie branches or a candidate ends, a run of bytes between two of them
+    one scoring (``by_bytes``: one per byte, the slow reference search).
 
     >>> from midword.engine import load_engine
     >>> from midword.engine.model.fake import FakeModel
@@ -240,7 +317,8 @@ def likeliest_continuation(
     """
     if end not in END_CONDITIONS:
         raise ValueError(f"unknown end {end!r}; expected one of {', '.join(END_CONDITIONS)}")
-    search = _BestFirst(_Trie(sampler, prefix, should_stop), continuations, end)
+    trie = _Trie(sampler, prefix, should_stop, by_bytes=by_bytes)
+    search = _BestFirst(trie, continuations, end)
     found = search.run(min_mass)
     sampler.reset(prefix)
     return found
@@ -248,12 +326,17 @@ def likeliest_continuation(
 
 class _Shape:
     """The candidates' byte trie: each candidate's first place in the list (``order``), the
-    next bytes below each node (``children``) and how many candidates lie strictly below
+    next bytes below each prefix (``children``) and how many candidates lie strictly below
     it (``below``). ``disjoint``: with ``end="identifier"``, no candidate goes on from
     another with a byte that ends a name (``a`` and ``a.b``: the texts where ``a`` ends
-    include those of ``a.b``), so the candidates' scores are of different texts."""
+    include those of ``a.b``), so the candidates' scores are of different texts.
 
-    def __init__(self, continuations: Sequence[bytes], end: str) -> None:
+    The searches walk its ``nodes``: the root, the candidates and the prefixes where the
+    trie branches, each node's ``kids`` the next nodes below it (a run of bytes with one
+    child each between them is crossed at once). ``compress=False``: every prefix is a
+    node, the per-byte reference trie."""
+
+    def __init__(self, continuations: Sequence[bytes], end: str, compress: bool = True) -> None:
         self.order: dict[bytes, int] = {}
         for i, cont in enumerate(continuations):
             self.order.setdefault(cont, i)
@@ -266,13 +349,31 @@ class _Shape:
                 self.below[cont[:d]] = self.below.get(cont[:d], 0) + 1
                 if cont[:d] in self.order and cont[d] not in IDENTIFIER_BYTES:
                     self.disjoint = False
+        self.nodes = {b"", *self.order}
+        self.nodes.update(p for p, kids in self.children.items() if len(kids) > 1 or not compress)
+        self._kids: dict[bytes, list[bytes]] = {}
+
+    def kids(self, path: bytes) -> list[bytes]:
+        """The nodes right below node ``path``, by their first byte."""
+        if path not in self._kids:
+            found = []
+            for byte in sorted(self.children.get(path, ())):
+                kid = path + bytes([byte])
+                while kid not in self.nodes:  # one child: neither a branch nor a candidate
+                    (only,) = self.children[kid]
+                    kid += bytes([only])
+                found.append(kid)
+            self._kids[path] = found
+        return self._kids[path]
 
     def many(self, path: bytes) -> int:
         """The candidates at or below ``path``."""
         return self.below.get(path, 0) + (path in self.order)
 
 
-_DONE, _NODE = 0, 1  # heap entries: a finished candidate (first at equal weights), a node
+# heap entries: a finished candidate (first at equal weights), a node whose probability is
+# known, a node not yet reached whose weight is a bound (the probability of its first byte)
+_DONE, _NODE, _AHEAD = 0, 1, 2
 
 
 class _BestFirst:
@@ -280,13 +381,16 @@ class _BestFirst:
 
     The heap holds (-log weight, kind, order, path): finished candidates with their exact
     score, and trie nodes still to expand with their log-probability, which bounds the
-    score of each candidate below them. A node's share of the total mass is at most its
-    probability when the candidates are disjoint (`_Shape`: the names that end below it
-    are different texts), and that times the candidates it stands for otherwise."""
+    score of each candidate below them. A node at the end of a run of bytes is first held
+    with the probability of the run's first byte (free: its parent's distribution has it),
+    a bound as good, and reached (one scoring, its own probability) when it tops the heap.
+    A node's share of the total mass is at most its probability when the candidates are
+    disjoint (`_Shape`: the names that end below it are different texts), and that times
+    the candidates it stands for otherwise."""
 
     def __init__(self, trie: _Trie, continuations: Sequence[bytes], end: str) -> None:
         self.trie, self.end = trie, end
-        self.shape = shape = _Shape(continuations, end)
+        self.shape = shape = _Shape(continuations, end, compress=not trie.by_bytes)
         self.order, self.children = shape.order, shape.children
         self.heap: list[tuple[float, int, int, bytes]] = []
         self.low = 0.0  # the finished candidates' probability
@@ -308,8 +412,19 @@ class _BestFirst:
             score = reach + ending_logprob(dist)
             if score > NEG_INF:
                 heapq.heappush(self.heap, (-score, _DONE, self.order[path], path))
-        for byte in sorted(self.children.get(path, ())):
-            self._enter(path + bytes([byte]), self.trie.reach(path + bytes([byte])))
+        for kid in self.shape.kids(path):
+            first = kid[: len(path) + 1]
+            if kid == first:
+                self._enter(kid, self.trie.reach(kid))
+            elif (bound := self.trie.reach(first)) > NEG_INF:
+                heapq.heappush(self.heap, (-bound, _AHEAD, len(self.heap), kid))
+
+    def _open(self, kind: int, path: bytes) -> None:
+        """Go on from a node taken off the heap: expand it, or reach it first."""
+        if kind == _NODE:
+            self._expand(path)
+        else:
+            self._enter(path, self.trie.reach(path))
 
     def high(self) -> float:
         """An upper bound on the candidates' total probability."""
@@ -322,9 +437,9 @@ class _BestFirst:
         """How many candidate scores a heap entry's weight bounds, one by one."""
         if kind == _DONE or self.shape.disjoint:
             return 1
-        if self.end == "none":
+        if self.end == "none" and kind == _NODE:
             return self.shape.below[path]  # its own score is an entry of its own
-        return self.shape.many(path)  # its own is pushed when it is expanded
+        return self.shape.many(path)  # its own is pushed when it is expanded (or reached)
 
     def next_done(self) -> tuple[bytes, float] | None:
         """The next candidate in decreasing order of score, with its score (None after the
@@ -333,7 +448,7 @@ class _BestFirst:
             key, kind, _, path = heapq.heappop(self.heap)
             if kind == _DONE:
                 return path, -key
-            self._expand(path)
+            self._open(kind, path)
         return None
 
     def rest_bound(self, power: float) -> float:
@@ -352,8 +467,8 @@ class _BestFirst:
         best: tuple[bytes, float] | None = None
         while self.heap and not self._decided(best is not None, min_mass):
             key, kind, _, path = heapq.heappop(self.heap)
-            if kind == _NODE:
-                self._expand(path)
+            if kind != _DONE:
+                self._open(kind, path)
                 continue
             self.low += math.exp(-key)
             best = best or (path, -key)

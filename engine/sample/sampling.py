@@ -26,7 +26,9 @@ Example (a fake model, so the numbers are arbitrary but deterministic):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,6 +43,7 @@ __all__ = [
     "ByteSampler",
     "LeafSet",
     "NextBytes",
+    "TrunkAnchor",
     "session_rows",
     "start_token",
 ]
@@ -102,6 +105,28 @@ class LeafSet:
         return self.tree.nodes[int(self.node[k])].path + (int(self.token[k]),)
 
 
+@dataclass
+class TrunkAnchor:
+    """Where `ByteSampler.relative_prefix` measures prefix log-probabilities from.
+
+    ``base`` is the trunk the anchor was made at; ``known[i]`` = log P(base[:i]) - log
+    P(base) for the points of ``base`` that are known (at least ``len(base)``, where it is
+    0); ``scored`` and ``cum`` stand in for the sampler's own `_scored` and `_cum` while
+    the anchor is in use: ``cum[i]`` = log P(scored[:i]) - log P(base), NaN below the point
+    where ``scored`` was last anchored (never read: a trunk that leaves ``scored`` there is
+    anchored again first)."""
+
+    base: list[int]
+    scored: list[int]
+    cum: list[float]
+    known: dict[int, float]
+
+    @classmethod
+    def at(cls, trunk: Sequence[int]) -> TrunkAnchor:
+        base = list(trunk)
+        return cls(base, list(base), [math.nan] * len(base) + [0.0], {len(base): 0.0})
+
+
 def start_token(model: ScoringModel, engine: Engine) -> int:
     """The token every sequence is conditioned on: the model's BOS, else its EOS."""
     for attr in ("bos_token_id", "eos_token_id"):
@@ -153,6 +178,7 @@ class ByteSampler:
         self._scored: list[int] = []  # trunk tokens whose log-probs are summed in _cum
         self._cum: list[float] = [0.0]  # _cum[i] = log P(first i scored trunk tokens)
         self._cache: tuple[int, Transform, _ScoredTree] | None = None
+        self._relative: TrunkAnchor | None = None  # set within `relative_prefix`
 
     # ---------------------------------------------------------------- the prefix
     @property
@@ -194,6 +220,8 @@ class ByteSampler:
         tree = self.vct.tree()
         paths = [n.path for n in tree.nodes]
         if self.track_prefix:
+            if self._relative is not None:
+                self._anchor(tree.trunk)
             rows = self._score_tracking(tree.trunk, paths)
         else:
             rows = self._rows(tree.trunk, paths)  # [N][V]
@@ -221,6 +249,73 @@ class ByteSampler:
         lp = self._rows(self._scored, asked)
         self._extend(list(ext), lp[: len(ext)])
         return lp[len(ext) :]
+
+    # ------------------------------------------------------ relative prefix log-probs
+    @contextmanager
+    def relative_prefix(self, anchor: TrunkAnchor | None = None) -> Iterator[TrunkAnchor]:
+        """Within the block the sampler tracks the prefix probability *relative* to a
+        trunk: `prefix_logprob` and `NextBytes.prefix_logprob` give log P(prefix) - log
+        P(base), ``base`` the trunk of the current prefix when a new anchor is made
+        (``anchor=None``; the anchor is yielded, and passing it to a later block goes on
+        from what it has summed). Outside, the sampler is as it was (a sampler built with
+        ``track_prefix=False`` stays so).
+
+        Why it is exact: log P(prefix) = log P(trunk) + the log of the tree's mass beyond
+        the trunk (the shift `next_bytes` divides by), and log P(trunk) is the sum of the
+        model's log-prob of each trunk token after those before it. For two trunks ``T``
+        and ``base`` that share their first ``c`` tokens, log P(T) - log P(base) = the
+        sum over ``T[c:]`` - the sum over ``base[c:]``: the shared part, the prompt window
+        of ~1,500 tokens, cancels, so only tokens past it are read, and those are the rows
+        a tracking sampler reads anyway (the KV session scores new trunk tokens in the
+        same call as the tree). A trunk that extends ``base`` (the usual case: the prefix
+        grew) costs nothing more; one that leaves it at ``c`` has ``base[c:]`` scored
+        once, from ``base[:c]``. The difference of two values is then log P(y) - log
+        P(x), exactly what full tracking gives, to rounding: P(y | x) = P(y) / P(x) for a
+        ``y`` that extends ``x``, with one tree scoring at ``y`` instead of one per byte.
+
+        The scored tree of the current prefix is kept across the block's edges when its
+        trunk is the one the log-probs are summed for, else scored again when needed.
+        """
+        if self._relative is not None:
+            raise RuntimeError("relative_prefix blocks do not nest")
+        if anchor is None:
+            anchor = TrunkAnchor.at(self.vct.tree().trunk)
+        saved = (self.track_prefix, self._scored, self._cum)
+        self.track_prefix, self._scored, self._cum = True, anchor.scored, anchor.cum
+        self._relative = anchor
+        self._drop_untracked_tree()
+        try:
+            yield anchor
+        finally:
+            self.track_prefix, self._scored, self._cum = saved
+            self._relative = None
+            self._drop_untracked_tree()
+
+    def _drop_untracked_tree(self) -> None:
+        """Forget the scored tree when log P(trunk) is tracked for another trunk than its
+        own (the tree is scored again, and the trunk tracked, at the next question)."""
+        cache = self._cache
+        if self.track_prefix and cache is not None and cache[2].tree.trunk != self._scored:
+            self._cache = None
+
+    def _anchor(self, trunk: list[int]) -> None:
+        """Within `relative_prefix`: make ``cum`` known where ``trunk`` leaves the tokens
+        scored so far (usually it is already: the trunk grew from ``base``)."""
+        rel = self._relative
+        assert rel is not None
+        if not math.isnan(self._cum[_common_tokens(trunk, self._scored)]):
+            return
+        c = _common_tokens(trunk, rel.base)
+        k = min(i for i in rel.known if i >= c)  # the nearest known point after c
+        span = rel.base[c:k]
+        if span:  # log P(base[c:k] | base[:c]): base's own tokens, scored once
+            rows = self._rows(rel.base[:c], [tuple(span[:j]) for j in range(len(span))])
+            total = rel.known[k]
+            for j in range(len(span) - 1, -1, -1):
+                total -= float(rows[j][span[j]])
+                rel.known[c + j] = total
+        self._scored[:] = rel.base[:c]
+        self._cum[:] = [math.nan] * c + [rel.known[c]]
 
     def _rows(self, trunk: list[int], paths: list[tuple[int, ...]]) -> Rows:
         return session_rows(self.session, trunk, paths)
@@ -440,6 +535,18 @@ def _bytes_by_position(token_bytes: Sequence[bytes | None]) -> np.ndarray:
         if b:
             out[i, : len(b)] = np.frombuffer(b, dtype=np.uint8)
     return np.ascontiguousarray(out.T)
+
+
+def _common_tokens(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists (a trunk is ~1,500 tokens:
+    the usual case, one extending the other, is one C-level comparison)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def _common_len(a: bytes, b: bytes) -> int:

@@ -115,8 +115,9 @@ def test_repeats_are_scored_once_in_the_order_given(setups: dict[str, _Setup]) -
 def test_the_trie_is_walked_once_per_distinct_prefix(
     setups: dict[str, _Setup], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One next-byte distribution per distinct trie node that is asked: a candidate shares
-    its path with the others, nothing is computed again per candidate."""
+    """The byte-by-byte walk (the reference the faster walk is checked against,
+    tests/engine/test_candidate_runs.py): one next-byte distribution per distinct trie node
+    that is asked; a candidate shares its path with the others."""
     setup = _setup("default", setups)
     asked: list[bytes] = []
     real = setup.sampler.next_bytes
@@ -127,10 +128,11 @@ def test_the_trie_is_walked_once_per_distinct_prefix(
 
     monkeypatch.setattr(setup.sampler, "next_bytes", counting)
     x = b"self.assertEq"
-    score_continuations(setup.sampler, x, [b"uals", b"uil", b"ual"], end="none")
+    score_continuations(setup.sampler, x, [b"uals", b"uil", b"ual"], end="none", by_bytes=True)
     assert sorted(asked) == sorted(x + p for p in [b"", b"u", b"ua", b"ual", b"ui"])
     asked.clear()
-    score_continuations(setup.sampler, x, [b"uals", b"uil", b"ual"], end="identifier")
+    names = [b"uals", b"uil", b"ual"]
+    score_continuations(setup.sampler, x, names, end="identifier", by_bytes=True)
     nodes = [b"", b"u", b"ua", b"ual", b"ui", b"uals", b"uil"]
     assert sorted(asked) == sorted(x + p for p in nodes)
 
