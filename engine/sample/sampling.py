@@ -37,6 +37,7 @@ from ..errors import BackendError
 from ..model.backend import ScoringModel, ScoringSession, TreeScoringSession
 from ..tree.tables import Engine
 from ..tree.vct import VCT, Tree
+from .start import choose_start, tokenizer_facts
 from .transform import NEG_INF, Transform, logsumexp
 
 __all__ = [
@@ -128,17 +129,11 @@ class TrunkAnchor:
 
 
 def start_token(model: ScoringModel, engine: Engine) -> int:
-    """The token every sequence is conditioned on: the model's BOS, else its EOS."""
-    for attr in ("bos_token_id", "eos_token_id"):
-        value = getattr(model, attr, None)
-        if isinstance(value, (list, tuple)):
-            value = value[0] if value else None
-        if value is not None:
-            return int(value)
-    specials = engine.tok.special_ids
-    if specials:
-        return int(specials[0])
-    raise BackendError("the model has no BOS or EOS token to start a sequence with")
+    """The token every sequence is conditioned on (`ByteSampler`'s ``start_id`` overrides
+    it): the BOS when the tokenizer puts it before every text, else the vocabulary's
+    ``<|endoftext|>``, else the BOS or EOS that is not a chat-turn marker (the rule and
+    why: :mod:`midword.engine.sample.start`)."""
+    return choose_start(model, engine.tok, tokenizer_facts(getattr(engine.tok, "source", "")))
 
 
 class ByteSampler:

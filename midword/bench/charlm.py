@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from midword.bench import common, data, plots
+from midword.cli import CommandError
 
 DEFAULT_OUT = "bench-results/charlm"
 DEFAULT_LIMIT = 1000
@@ -56,6 +57,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-context", type=int, default=1000, help="prefix characters at most (default 1000)"
     )
+    parser.add_argument(
+        "--start-token",
+        default="auto",
+        metavar="auto|bos|eos|none|TEXT",
+        help="what every sequence is conditioned on: auto (the engine's rule, default), bos "
+        "or eos (the model's own), none (nothing: a sample whose first token would need a "
+        "context is skipped), or the text of a special token such as '<|endoftext|>'",
+    )
+
+
+def resolve_start(choice: str, model: Any, engine: Any) -> int | None:
+    """The start token id ``--start-token`` names (None for ``none``; ``auto`` is left to
+    the engine's rule, in `Scorer`).
+
+    >>> from types import SimpleNamespace as NS
+    >>> tok = NS(added=[NS(content="<|endoftext|>", id=0)])
+    >>> model, engine = NS(bos_token_id=1, eos_token_id=[2, 3]), NS(tok=tok)
+    >>> [resolve_start(c, model, engine) for c in ("bos", "eos", "none", "<|endoftext|>")]
+    [1, 2, None, 0]
+    """
+    if choice == "none":
+        return None
+    if choice in ("bos", "eos"):
+        value = getattr(model, f"{choice}_token_id", None)
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else None
+        if value is None:
+            raise CommandError(f"the model has no {choice.upper()} token (--start-token)")
+        return int(value)
+    ids = {a.content: a.id for a in engine.tok.added}
+    if choice not in ids:
+        raise CommandError(f"--start-token {choice!r}: the vocabulary has no such added token")
+    return int(ids[choice])
 
 
 # ---------------------------------------------------------------------- samples
@@ -149,14 +183,21 @@ class Scorer:
     """Runs every method on one sample. All share one session (through
     `CountingSession`), so the prefix is evaluated once per sample."""
 
-    def __init__(self, model: Any, engine: Any) -> None:
+    def __init__(self, model: Any, engine: Any, start: str = "auto") -> None:
         from midword.engine import Completer
 
         self.engine = engine
         self.tok = engine.tok
-        self.completer = completer = Completer(model, engine)
+        if start == "auto":
+            completer = Completer(model, engine)  # the engine's rule picks the start
+            self.start_id: int | None = completer.start_id
+        else:
+            self.start_id = resolve_start(start, model, engine)
+            completer = Completer(model, engine, self.start_id)  # None: swapped out below
+        self.completer = completer
         self.sampler = completer.sampler  # a ByteSampler on the completer's session
-        self.session = CountingSession(self.sampler.session)
+        inner = self.sampler.session if self.start_id is not None else model.session(bos_id=None)
+        self.session = CountingSession(inner)
         self.sampler.session = self.session
         self.special = set(self.tok.special_ids) | set(range(self.tok.size, model.vocab_size))
 
@@ -259,6 +300,16 @@ class Scorer:
             dist = self.sampler.next_bytes()
 
     def score(self, sample: dict) -> dict:
+        """Every method's result; with no start token, a sample whose first token would
+        need a context (an empty trunk) is skipped by every method."""
+        try:
+            return self._score(sample)
+        except ValueError:
+            if self.start_id is not None:
+                raise
+            return {name: {"skipped": True} for name in METHODS}
+
+    def _score(self, sample: dict) -> dict:
         out = {"token": self.token_level(sample), "naive": self.naive(sample)}
         for k in HEALING:
             out[f"healing{k}"] = self.healing(sample, k)
@@ -289,12 +340,13 @@ def run(args: argparse.Namespace) -> int:
         "benchmark": "charlm",
         **data.text_settings(args),
         "max_context": args.max_context,
+        "start_token": args.start_token,
     }
     rundir = common.RunDir(args.out, settings)
     timer = common.Timer()
     todo = [i for i in range(args.limit) if not rundir.done(str(i))]
     if todo:
-        scorer = Scorer(*common.load_model(args))
+        scorer = Scorer(*common.load_model(args), start=args.start_token)
         bar = common.progress(len(todo), "charlm")
         for i in todo:
             sample = make_sample(docs, args.seed, i, args.max_context)
@@ -330,7 +382,11 @@ def _method_stats(records: list[dict], name: str) -> dict[str, Any]:
     stats.update(_accuracy_stats(rows))
     stats["overhead"] = common.mean([x["overhead"] for x in rows])
     for cut in common.CUTS:
-        part = [r["methods"][name] for r in records if record_cut(r) == cut]
+        part = [
+            r["methods"][name]
+            for r in records
+            if record_cut(r) == cut and not r["methods"][name].get("skipped")
+        ]
         stats[cut] = _accuracy_stats(part)
     # kept for readers of older results.json files
     stats["accuracy_mid_word"] = stats["mid-word"]["accuracy"]
