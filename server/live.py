@@ -216,20 +216,11 @@ class SingleDocument:
     ) -> Any:
         """`complete_guided` at ``prefix`` (issue 39): the next name from ``names``, then an
         ordinary completion; the unguided one, with the reason, when guidance stands aside."""
-        from midword.engine import complete_guided
-
         prompt = self._move(prefix)
         room = self.fit.new_tokens(self.completer.positions_used())
-        return complete_guided(
-            self.completer,
-            prompt,
-            names,
-            _within(settings, room),
-            min_mass=min_mass,
-            fallback=True,
-            should_stop=should_stop,
-            cut=cut,
-            deadline=deadline,
+        settings = _within(settings, room)
+        return _guided(
+            self.completer, prompt, names, settings, min_mass, should_stop, cut, deadline
         )
 
     def state(self) -> dict[str, Any]:
@@ -354,21 +345,15 @@ class FimDocument:
         """`SingleDocument.complete_guided` in the middle: the tree covers ``_covered``
         (the prefix, or nothing where the middle is a segment of its own), and the name
         typed so far is the one at the end of the prefix used."""
-        from midword.engine import complete_guided, typed_identifier
+        from midword.engine import typed_identifier
 
         used = self._prompt(prefix)
         room = self.fit.new_tokens(self.fim.positions_used())
-        return complete_guided(
-            self.fim.completer,
-            self._covered,
-            names,
-            _within(settings, room),
-            min_mass=min_mass,
-            fallback=True,
-            should_stop=should_stop,
-            cut=cut,
-            deadline=deadline,
-            typed=typed_identifier(used),
+        settings = _within(settings, room)
+        covered, typed = self._covered, typed_identifier(used)
+        completer = self.fim.completer
+        return _guided(
+            completer, covered, names, settings, min_mass, should_stop, cut, deadline, typed
         )
 
     def state(self) -> dict[str, Any]:
@@ -376,6 +361,34 @@ class FimDocument:
         context = len(self.fim.session.context)
         fim = {"fim": self.fim.template.name, "contextTokens": context, "suffix": self.suffix.hex()}
         return {**tree, **fim, "cutBytes": len(self.fit.dropped)}
+
+
+def _guided(
+    completer: Completer,
+    prompt: bytes,
+    names: Sequence[str],
+    settings: Settings,
+    min_mass: float,
+    should_stop: StopFn,
+    cut: CutFn,
+    deadline: float,
+    typed: bytes | None = None,
+) -> Any:
+    """`complete_guided` with the unguided completion as its fallback."""
+    from midword.engine import complete_guided
+
+    return complete_guided(
+        completer,
+        prompt,
+        names,
+        settings,
+        min_mass=min_mass,
+        fallback=True,
+        should_stop=should_stop,
+        cut=cut,
+        deadline=deadline,
+        typed=typed,
+    )
 
 
 def _within(settings: Settings, room: int) -> Settings:

@@ -41,15 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from midword.bench import common, data
-from midword.bench.acceptance_policies import clip_spans, valid_utf8
+from midword.bench.acceptance_policies import SPLITS, clip_spans, valid_utf8
 from midword.cli import CommandError
 
 DEFAULT_OUT = "bench-results/acceptance"
 DEFAULT_LIMIT = 200
 METHODS = ("bytesampler", "naive")
 SOURCES = ("stdlib", "humaneval")
-SPLITS = ("dev", "held-out")
-KINDS = ("mid-word", "line start", "after space", "other")
 TRUTH_MARGIN = 16  # characters of the true continuation stored beyond the longest completion
 
 

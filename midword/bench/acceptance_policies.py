@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from midword.server.cleanup import clean_completion
 from midword.server.scope import Scope, scope_for
 
+SPLITS = ("dev", "held-out")  # halves of the cuts: thresholds tuned on one, checked on the other
+KINDS = ("mid-word", "line start", "after space", "other")  # where a cut falls
+
 Span = tuple[int, "float | None"]  # (end byte of a step's text, its log-probability)
 SPACE = " \t\r\n"
 # the cost of one wasted character (read and rejected) against one accepted (not typed)

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from midword.bench import common, plots
-from midword.bench.acceptance import KINDS, SPLITS
 from midword.bench.acceptance_policies import (
     BASELINES,
+    KINDS,
+    SPLITS,
     TODAY,
     WASTE_COST,
     Case,

@@ -19,6 +19,8 @@ from midword.engine import Completer, Settings, confidence_cut  # noqa: E402
 from midword import cli  # noqa: E402
 from midword.bench import acceptance, acceptance_tuning, common, data  # noqa: E402
 from midword.bench.acceptance_policies import (  # noqa: E402
+    KINDS,
+    SPLITS,
     Cursor,
     Generated,
     confident_end,
@@ -62,7 +64,7 @@ def test_tiny_run_resume_and_extend(inputs, tmp_path: Path, capsys, monkeypatch)
     assert [r["source"] for r in records] == ["stdlib", "humaneval"] * 2
     for r in records:
         assert set(r["methods"]) == set(acceptance.METHODS)
-        assert r["cut_kind"] in acceptance.KINDS and r["split"] in acceptance.SPLITS
+        assert r["cut_kind"] in KINDS and r["split"] in SPLITS
         for m in r["methods"].values():
             size = len(m["text"].encode())
             assert m["tokens"] <= 12 and all(end <= size for end, _ in m["spans"])

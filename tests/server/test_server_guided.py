@@ -75,18 +75,22 @@ def cursor(text: str) -> dict[str, int]:
     return {"line": text.count("\n"), "character": len(text.split("\n")[-1])}
 
 
-async def ask_inline(session: Session, buf: Buffer, names: Any) -> list[str]:
-    """An automatic inline request with ``midwordCandidates`` (what pytest-lsp's typed
-    params cannot carry), sent as the JSON an editor sends."""
+async def inline_items(session: Session, uri: str, before: str, names: Any) -> list[Any]:
+    """An automatic inline request at the end of ``before`` with ``midwordCandidates``
+    (what pytest-lsp's typed params cannot carry), sent as the JSON an editor sends."""
     params = {
-        "textDocument": {"uri": buf.uri},
-        "position": cursor(buf.text),
+        "textDocument": {"uri": uri},
+        "position": cursor(before),
         "context": {"triggerKind": 2},
         "midwordCandidates": names,
     }
     result = await send_json(session.client, "textDocument/inlineCompletion", params)
-    items = result.items if hasattr(result, "items") else result or []
-    return [item.insert_text for item in items]
+    return result.items if hasattr(result, "items") else result or []
+
+
+async def ask_inline(session: Session, buf: Buffer, names: Any) -> list[str]:
+    """The texts of `inline_items` at the end of the buffer."""
+    return [item.insert_text for item in await inline_items(session, buf.uri, buf.text, names)]
 
 
 def best_rest(names: list[str], typed: str) -> str:
@@ -131,14 +135,8 @@ async def test_the_completion_list_takes_names_too(session: Session) -> None:
 
 async def test_guided_items_are_tagged_for_the_acceptance_log(session: Session) -> None:
     buf = Buffer(session.client, "file:///tmp/guided_tags.py", TEXT)
-    params = {
-        "textDocument": {"uri": buf.uri},
-        "position": cursor(TEXT),
-        "context": {"triggerKind": 2},
-        "midwordCandidates": NAMES,
-    }
-    result = await send_json(session.client, "textDocument/inlineCompletion", params)
-    assert result.items[0].command.arguments[0]["method"] == "bytesampler+symbols"
+    items = await inline_items(session, buf.uri, TEXT, NAMES)
+    assert items[0].command.arguments[0]["method"] == "bytesampler+symbols"
     plain = await buf.inline()  # the unguided item of the same place is not tagged so
     assert plain
     buf.close()
@@ -167,14 +165,7 @@ async def test_a_fill_in_the_middle_prompt_is_guided_too(session: Session) -> No
     try:
         buf = Buffer(session.client, "file:///tmp/guided_fim.py", TEXT + "\n\nx = 1\n")
         unguided = await buf.inline(index=len(TEXT))  # the text below is the suffix
-        params = {
-            "textDocument": {"uri": buf.uri},
-            "position": cursor(TEXT),
-            "context": {"triggerKind": 2},
-            "midwordCandidates": NAMES,
-        }
-        result = await send_json(session.client, "textDocument/inlineCompletion", params)
-        guided = [item.insert_text for item in result.items]
+        guided = [i.insert_text for i in await inline_items(session, buf.uri, TEXT, NAMES)]
         assert guided and guided[0].startswith(("xMember", "yOther"))
         assert not any(u.startswith(("xMember", "yOther")) for u in unguided)
         buf.close()
