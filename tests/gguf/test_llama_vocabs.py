@@ -159,6 +159,12 @@ def cut_prefixes(name: str, share: float = 1.0) -> list[bytes]:
 TREES_NOT_YET = ("deepseek-coder",)
 
 
+# Known unsound trees (docs/known-gaps.md): under NFC the tree of a word followed by a
+# character's lead byte holds a sequence no text encodes to (Qwen2: 'caf' '\xc3'); checked
+# on its own below, so the sweep stays a check of everything else
+KNOWN_UNSOUND = {"qwen2": [b"caf\xc3"]}
+
+
 @pytest.mark.parametrize("name", [n for n in EXACT if n not in TREES_NOT_YET])
 def test_trees_against_llama_cpp(name: str, loaded) -> None:  # noqa: ANN001
     """Covering trees equal the brute force over llama.cpp's tokenizer
@@ -166,8 +172,23 @@ def test_trees_against_llama_cpp(name: str, loaded) -> None:  # noqa: ANN001
     eng, vocab = loaded(name)
     # Half the cuts of each file (a brute force costs seconds a prefix): each file has its
     # own half, and the 21 edges always go in.
-    prefixes = cut_prefixes(name, share=0.5)
+    known = KNOWN_UNSOUND.get(name, [])
+    prefixes = [p for p in cut_prefixes(name, share=0.5) if p not in known]
     assert_trees_match_llama(eng, vocab, prefixes, seed=len(name), n_sample=25)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: an NFC tree after a word and a lead byte")
+def test_a_word_and_a_lead_byte_under_nfc(loaded) -> None:  # noqa: ANN001
+    """Every sequence of Qwen2's tree at 'caf\xc3' starts the encoding of some text (fails
+    today: ('caf', '\xc3') is in it, and no text's encoding starts so)."""
+    from ..oracle import canonical_prefixes, tree_sequences
+
+    eng, vocab = loaded("qwen2")
+    for prefix in KNOWN_UNSOUND["qwen2"]:
+        tree = build_tree(eng, prefix)
+        trunk = tuple(int(t) for t in tree.trunk)
+        every = sorted(trunk + s for s in tree_sequences(tree, []))
+        assert set(every) == canonical_prefixes(vocab, vocab, every, {})  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ the rules, without llama.cpp
