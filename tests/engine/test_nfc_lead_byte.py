@@ -15,21 +15,21 @@ from midword.testing import real_encoder, tokenizer_path
 from ..oracle import canonical_prefixes, tree_sequences
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: an NFC tree after a word and a lead byte")
-def test_every_sequence_of_the_tree_starts_some_encoding() -> None:
+def unsound(prefix: bytes) -> set[tuple[int, ...]]:
+    """The sequences of Qwen3's tree at ``prefix`` that start the encoding of no text."""
     path = tokenizer_path("qwen3")
     eng, hf = load_engine(str(path)), real_encoder(path)
-    tree = build_tree(eng, b"caf\xc3")
+    tree = build_tree(eng, prefix)
     trunk = tuple(int(t) for t in tree.trunk)
     every = sorted(trunk + s for s in tree_sequences(tree, []))
-    assert set(every) == canonical_prefixes(hf, eng.tok, every, {})
+    return set(every) - canonical_prefixes(hf, eng.tok, every, {})
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: an NFC tree after a word and a lead byte")
+def test_every_sequence_of_the_tree_starts_some_encoding() -> None:
+    assert unsound(b"caf\xc3") == set()
 
 
 def test_the_same_tree_after_a_space_is_sound() -> None:
     """The check itself passes where the tree is right (it can tell the two apart)."""
-    path = tokenizer_path("qwen3")
-    eng, hf = load_engine(str(path)), real_encoder(path)
-    tree = build_tree(eng, b"caf \xc3")
-    trunk = tuple(int(t) for t in tree.trunk)
-    every = sorted(trunk + s for s in tree_sequences(tree, []))
-    assert set(every) == canonical_prefixes(hf, eng.tok, every, {})
+    assert unsound(b"caf \xc3") == set()
