@@ -72,15 +72,21 @@ async def start(
     *,
     inline: bool = True,
     utf8: bool = False,
+    events: bool = False,
 ) -> Session:
+    """Initialize the server with a ``profile`` client's capabilities; ``events`` asks for
+    inline items tagged for the acceptance log (``experimental.midword.completionEvents``)."""
     session = Session(client)
 
     def on_status(params: Any) -> None:
         session.statuses.append(params)
 
     client.feature(STATUS)(on_status)
+    caps = capabilities(profile, inline=inline, utf8=utf8)
+    if events:
+        caps.experimental = {"midword": {"completionEvents": True}}
     params = types.InitializeParams(
-        capabilities=capabilities(profile, inline=inline, utf8=utf8),
+        capabilities=caps,
         initialization_options=with_test_device(options if options is not None else {}),
     )
     session.init = await client.initialize_session(params)

@@ -22,7 +22,7 @@ from lsprotocol import types
 from midword.server.acceptance import ACCEPT_COMMAND
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from ..lsp_support import SERVER_COMMAND, Buffer, Session, capabilities
+from ..lsp_support import SERVER_COMMAND, Buffer, Session, start
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 LOG = Path(tempfile.mkdtemp(prefix="midword-retention-")) / "acceptance.jsonl"
@@ -40,18 +40,7 @@ MARK = "\u00a7\u00a7"  # typed inside the item: characters no completion here ho
 
 @pytest_lsp.fixture(config=CONFIG, scope="module")
 async def client(lsp_client: LanguageClient):
-    session = Session(lsp_client)
-
-    def on_status(params: Any) -> None:
-        session.statuses.append(params)
-
-    lsp_client.feature("midword/status")(on_status)
-    caps = capabilities("visual-studio-code")
-    caps.experimental = {"midword": {"completionEvents": True}}
-    session.init = await lsp_client.initialize_session(
-        types.InitializeParams(capabilities=caps, initialization_options={})
-    )
-    lsp_client.midword_session = session  # type: ignore[attr-defined]
+    session = await start(lsp_client, "visual-studio-code", {}, events=True)
     await session.wait_state("ready")
     yield
     await lsp_client.shutdown_session()

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import pytest_lsp
-from lsprotocol import types
 from midword.engine import ByteSampler, load_engine, load_hf_model, score_continuations
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
@@ -22,9 +21,8 @@ from ..lsp_support import (
     SERVER_COMMAND,
     Buffer,
     Session,
-    capabilities,
     send_json,
-    with_test_device,
+    start,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -53,19 +51,7 @@ CONFIG = ClientServerConfig(
 
 @pytest_lsp.fixture(config=CONFIG, scope="module")
 async def client(lsp_client: LanguageClient):
-    session = Session(lsp_client)
-
-    def on_status(params: Any) -> None:
-        session.statuses.append(params)
-
-    lsp_client.feature("midword/status")(on_status)
-    caps = capabilities("visual-studio-code")
-    caps.experimental = {"midword": {"completionEvents": True}}  # items carry their tags
-    params = types.InitializeParams(
-        capabilities=caps, initialization_options=with_test_device(OPTIONS)
-    )
-    session.init = await lsp_client.initialize_session(params)
-    lsp_client.midword_session = session  # type: ignore[attr-defined]
+    session = await start(lsp_client, "visual-studio-code", OPTIONS, events=True)
     await session.wait_state("ready")
     yield
     await lsp_client.shutdown_session()
