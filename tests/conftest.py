@@ -33,12 +33,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for xdist's ``--dist loadgroup`` (``make test``): one per test file, so a
     file's module-scoped server starts once, split by tokenizer where a file runs per
     tokenizer (and by ``chunk`` where a test takes one), so the slow exactness files
-    spread over the workers."""
+    spread over the workers; the slow ones first."""
     for item in items:
         params = item.callspec.params if hasattr(item, "callspec") else {}
         split = [str(params[k]) for k in ("tokenizer_name", "chunk") if k in params]
         group = item.nodeid.split("::")[0] + (f"[{'-'.join(split)}]" if split else "")
         item.add_marker(pytest.mark.xdist_group(group))
+    # xdist hands groups out in collection order: files with long brute-force tests go
+    # first, so no worker starts one of them while the others run out of work (a shorter
+    # tail); each file stays in one piece, so its module fixtures are built once
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
 
 
 @pytest.hookimpl(wrapper=True)
