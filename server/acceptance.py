@@ -1,10 +1,20 @@
-"""A local acceptance log: which inline completions were shown, accepted or partly accepted.
+"""A local acceptance log: which completions were shown, accepted or partly accepted.
 
-The server tags every inline item it returns with an id, the method that made it and
-the cursor's context (``inside_word`` or ``boundary``). An editor that asks for them
-(the client capability ``experimental.midword.completionEvents``) gets the tags as the
-item's command, ``midword.completionAccepted`` (run by the editor when the item is
-accepted), and reports back with three notifications:
+The server tags every item it returns with an id, the method that made it and the
+cursor's context (``inside_word`` or ``boundary``). An editor that asks for them (the
+client capability ``experimental.midword.completionEvents``) gets the tags
+``{id, method, context}``:
+
+* on an inline item, as its command, ``midword.completionAccepted`` (run by the editor
+  when the item is accepted), the tags its one argument;
+* on a completion-list item (``textDocument/completion``, what Neovim's omnifunc shows),
+  as its ``data``: the client reads them back from the item it inserted. Not a command:
+  VS Code's suggest widget would run it too, for items it never reports as shown.
+
+A completion-list item's edit replaces the name typed before the cursor; the log counts
+(``length``) and follows the text it adds at the cursor, as an inline item's there.
+
+The editor reports back with three notifications:
 
 * ``midword/completionShown`` ``{id}``: the item is on screen;
 * ``midword/completionAccepted`` ``{id}``: all of it was inserted;

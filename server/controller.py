@@ -64,6 +64,24 @@ class EditItem:
     start: int
     end: int
     detail: str
+    # the acceptance log's tags, as InlineItem's
+    method: str = ""
+    context: str = ""
+    typed: str = ""  # the name typed before the cursor: [start, end) holds it
+
+    def added(self) -> tuple[str, int]:
+        """What accepting the item adds to the line, and the column where that starts:
+        ``new_text`` less the typed name it begins with, at the cursor (``end``). So the
+        acceptance log counts and follows the same text an inline item at the cursor
+        would insert, not the characters the user had typed. (Should ``new_text`` not
+        begin with them, all of it, at ``start``.)
+
+        >>> EditItem("parser", "parser", 0, 4, 7, "", typed="par").added()
+        ('ser', 7)
+        """
+        if self.new_text.startswith(self.typed):
+            return self.new_text[len(self.typed) :], self.end
+        return self.new_text, self.start
 
 
 class Controller:
@@ -241,7 +259,12 @@ class Controller:
         answer = await self._run(asked, scope, 1, tuple(candidates))
         if not answer.texts or not self._still(asked):
             return []
-        return _edit_items(asked, answer.texts[0], self.encoding)
+        method, context = item_tags(self.options, asked.line_prefix)
+        if answer.guided:  # both items come from the one (guided) text
+            from midword.engine import GUIDED_METHOD  # loaded with the model by now
+
+            method = GUIDED_METHOD
+        return _edit_items(asked, answer.texts[0], self.encoding, (method, context))
 
     def _still(self, asked: _Asked) -> bool:
         """The document is open and unchanged since ``asked`` was taken."""
@@ -563,7 +586,9 @@ def _without_repeats(asked: _Asked, texts: list[str]) -> list[str]:
     return kept
 
 
-def _edit_items(asked: _Asked, text: str, encoding: str) -> list[EditItem]:
+def _edit_items(
+    asked: _Asked, text: str, encoding: str, tags: tuple[str, str] = ("", "")
+) -> list[EditItem]:
     line, body = asked.cursor.line, asked.body
     partial, continuation = identifier_split(asked.line_prefix, text)
     start = from_index(body, asked.cursor.index - len(partial), encoding)
@@ -571,10 +596,12 @@ def _edit_items(asked: _Asked, text: str, encoding: str) -> list[EditItem]:
     items: list[EditItem] = []
     if continuation:
         word = partial + continuation
-        items.append(EditItem(word, word, line, start, end, "midword: identifier"))
+        items.append(EditItem(word, word, line, start, end, "midword: identifier", *tags, partial))
     line_text = partial + text
     if line_text.strip() and all(item.new_text != line_text for item in items):
-        items.append(EditItem(line_text, line_text, line, start, end, "midword: line"))
+        items.append(
+            EditItem(line_text, line_text, line, start, end, "midword: line", *tags, partial)
+        )
     return items
 
 

@@ -400,11 +400,10 @@ def _register_completion(server: MidwordServer) -> None:
     async def completion(ls: MidwordServer, params: types.CompletionParams) -> types.CompletionList:
         pos = params.position
         names = getattr(params, "midword_candidates", ())
-        items = await ls.controller.completion_list(
-            params.text_document.uri, pos.line, pos.character, names
-        )
+        uri = params.text_document.uri
+        items = await ls.controller.completion_list(uri, pos.line, pos.character, names)
         return types.CompletionList(
-            is_incomplete=True, items=[_edit_item(i, n) for n, i in enumerate(items)]
+            is_incomplete=True, items=[_edit_item(ls, uri, i, n) for n, i in enumerate(items)]
         )
 
 
@@ -416,18 +415,32 @@ def _inline_item(ls: MidwordServer, uri: str, item: InlineItem) -> types.InlineC
     at = types.Position(line=item.line, character=item.character)
     command = None
     if ls.completion_events:  # tags for the acceptance log (server/acceptance.py)
-        doc = ls.controller.documents.get(uri)
-        language = doc.language_id if doc is not None else ""
-        tags = ls.acceptance.issue(
-            item.method, item.context, language, item.text, uri, item.line, item.character
-        )
+        where = (uri, item.line, item.character)
+        tags = ls.acceptance.issue(item.method, item.context, _language(ls, uri), item.text, *where)
         command = types.Command(**item_command(tags))
     return types.InlineCompletionItem(
         insert_text=item.text, range=types.Range(start=at, end=at), command=command
     )
 
 
-def _edit_item(item: EditItem, rank: int) -> types.CompletionItem:
+def _language(ls: MidwordServer, uri: str) -> str:
+    doc = ls.controller.documents.get(uri)
+    return doc.language_id if doc is not None else ""
+
+
+def _edit_tags(ls: MidwordServer, uri: str, item: EditItem) -> dict[str, Any] | None:
+    """The acceptance log's tags of a completion-list item, carried as its ``data`` (a
+    client reads them back from the item it inserted; a command would be run by VS Code's
+    suggest widget as well). The log follows what the item adds at the cursor, not the
+    typed name its edit replaces (`EditItem.added`)."""
+    if not ls.completion_events:
+        return None
+    text, character = item.added()
+    where = (uri, item.line, character)
+    return ls.acceptance.issue(item.method, item.context, _language(ls, uri), text, *where)
+
+
+def _edit_item(ls: MidwordServer, uri: str, item: EditItem, rank: int) -> types.CompletionItem:
     edit = types.TextEdit(
         range=types.Range(
             start=types.Position(line=item.line, character=item.start),
@@ -443,6 +456,7 @@ def _edit_item(item: EditItem, rank: int) -> types.CompletionItem:
         filter_text=item.label,
         sort_text=f"{rank:04d}",
         preselect=rank == 0,
+        data=_edit_tags(ls, uri, item),
     )
 
 

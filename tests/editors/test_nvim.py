@@ -10,6 +10,10 @@ tests/nvim/symbols.lua runs the same config next to two stand-in language server
 omnifunc passes the names the other servers offer as ``midwordCandidates``, within its
 time budget, and the completion starts with one of them; with ``symbols = "off"`` it
 passes none.
+
+tests/nvim/acceptance.lua accepts midword's first item through the omnifunc (<C-y>),
+edits it, and waits for the acceptance log (issue 38): the server must log the item
+shown, accepted and, after the edit, how much of it is retained.
 """
 
 from __future__ import annotations
@@ -181,3 +185,58 @@ def test_symbols_off_passes_no_names(no_symbols: dict) -> None:
     assert [s["client"] for s in no_symbols["sent"]] == ["midword"]  # nobody else asked
     assert no_symbols["sent"][0]["candidates"] is None
     assert not any("guided" in line for line in no_symbols["log"])
+
+
+# ---------------------------------------------------------------- acceptance log
+RETAINED_AFTER_S = 3  # the checkpoint the script waits for (MIDWORD_RETENTION_CHECKPOINTS)
+
+
+@pytest.fixture(scope="module")
+def acceptance(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[dict]]:
+    """The script's report and the acceptance log the server wrote meanwhile."""
+    log = tmp_path_factory.mktemp("nvim-acceptance") / "acceptance.jsonl"
+    result = run_nvim(
+        "tests/nvim/acceptance.lua",
+        MIDWORD_ACCEPTANCE_LOG=str(log),
+        MIDWORD_RETENTION_CHECKPOINTS=str(RETAINED_AFTER_S),
+    )
+    entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return result, entries
+
+
+def test_omnifunc_items_carry_the_servers_tags(acceptance: tuple[dict, list[dict]]) -> None:
+    result, _ = acceptance
+    assert result["status"] == "ready"
+    word = result["words"][0]
+    assert word.startswith(PARTIAL) and len(word) > len(PARTIAL), result["words"]
+    assert result["accepted_line"] == LINE[: -len(PARTIAL)] + word  # <C-y> kept the first
+    [done] = [d for d in result["done"] if d["word"] == word]  # CompleteDone saw it, tags and all
+    tags = done["user_data"]["midword"]
+    assert tags["id"] and (tags["method"], tags["context"]) == ("bytesampler", "inside_word")
+
+
+def test_shown_and_accepted_reach_the_log_with_one_id(acceptance: tuple[dict, list[dict]]) -> None:
+    result, entries = acceptance
+    [shown] = [e for e in entries if e["event"] == "shown"]  # the first item of the menu only
+    [accepted] = [e for e in entries if e["event"] == "accepted"]
+    for key in ("id", "method", "context", "language"):
+        assert shown[key] == accepted[key], (shown, accepted)
+    assert (accepted["method"], accepted["context"]) == ("bytesampler", "inside_word")
+    assert accepted["language"] == "python"
+    # the item adds what follows the typed name; the typed name itself is the user's
+    assert accepted["length"] == len(result["words"][0]) - len(PARTIAL)
+
+
+def test_the_accepted_text_is_followed_through_the_edit(
+    acceptance: tuple[dict, list[dict]],
+) -> None:
+    result, entries = acceptance
+    assert result["retained"], "no retained event in the log"
+    word = result["words"][0]
+    assert result["line"] == LINE[: -len(PARTIAL)] + word[:-1] + "()"  # <BS>() after <C-y>
+    [accepted] = [e for e in entries if e["event"] == "accepted"]
+    [retained] = [e for e in entries if e["event"] == "retained"]
+    assert (retained["id"], retained["checkpoint"]) == (accepted["id"], RETAINED_AFTER_S)
+    added = len(word) - len(PARTIAL)
+    # the backspace took one character of the item; "()" typed after it is not the item's
+    assert (retained["inserted"], retained["retained"]) == (added, added - 1), retained

@@ -22,6 +22,13 @@
 -- of them when the model gives them enough probability. `symbols = "off"` skips this. A
 -- completion plugin makes the same request with require("midword").complete(handler).
 --
+-- Acceptance log (`midword stats`): the client asks the server to tag its items
+-- (capability experimental.midword.completionEvents); the omnifunc reports the first item
+-- it shows as midword/completionShown, and the item inserted when completion ends
+-- (CompleteDone) as midword/completionAccepted. The server then follows that text
+-- through later edits (retained characters). Items shown by a completion plugin are not
+-- reported. The server's `acceptanceLog = false` turns the log off.
+--
 -- `require("midword").status()` gives the model state ("loading", "ready", "error")
 -- for a status line. tests/editors/test_nvim.py runs this file as it is.
 
@@ -67,6 +74,16 @@ local function clients_of(bufnr)
     return vim.lsp.get_clients({ bufnr = bufnr })
   end
   return vim.tbl_values(vim.lsp.buf_get_clients(bufnr))
+end
+
+-- The midword client attached to a buffer, or nil.
+local function midword_client(bufnr)
+  for _, client in ipairs(clients_of(bufnr)) do
+    if client.name == "midword" then
+      return client
+    end
+  end
+  return nil
 end
 
 -- The name typed before byte column `col` of `line`, and the column where it starts. Name
@@ -166,12 +183,7 @@ end
 -- an LSP handler, function(err, result). False when midword is not attached.
 function M.complete(handler)
   local bufnr = vim.api.nvim_get_current_buf()
-  local client
-  for _, c in ipairs(clients_of(bufnr)) do
-    if c.name == "midword" then
-      client = c
-    end
-  end
+  local client = midword_client(bufnr)
   if not client then
     return false
   end
@@ -188,6 +200,36 @@ function M.complete(handler)
     M.symbols(send)
   end
   return true
+end
+
+-- The acceptance log's tags of a midword item ({id, method, context}, sent as its `data`
+-- when the client asked for them), or nil.
+local function tags_of(data)
+  if type(data) == "table" and type(data.id) == "string" and data.id ~= "" then
+    return data
+  end
+  return nil
+end
+
+-- Tells midword about one of its items (midword/completionShown, .../completionAccepted).
+local function report(bufnr, event, tags)
+  local client = midword_client(bufnr)
+  if client and tags then
+    call(client, "notify", "midword/" .. event, { id = tags.id })
+  end
+end
+
+-- CompleteDone: the item inserted when completion ended stays in the buffer (<C-y>, or
+-- typing on), so it is accepted; after <C-e> v:completed_item is empty (0.7) or the
+-- reason is "cancel" (0.10+). The item carries its tags in user_data (the omnifunc's).
+local function on_complete_done(args)
+  local event = vim.v.event
+  if type(event) == "table" and event.reason == "cancel" then
+    return
+  end
+  local item = vim.v.completed_item
+  local data = type(item) == "table" and type(item.user_data) == "table" and item.user_data
+  report(args.buf, "completionAccepted", data and tags_of(data.midword))
 end
 
 -- 'omnifunc'. Like vim.lsp.omnifunc it answers the first call with -2 (keep completing)
@@ -218,9 +260,16 @@ function M.omnifunc(findstart, _)
         menu = item.detail,
         icase = 1,
         dup = 1,
+        -- read back from v:completed_item on CompleteDone (user_data may be a table)
+        user_data = tags_of(item.data) and { midword = item.data } or nil,
       }
     end
     vim.fn.complete(start + 1, words)
+    -- One report per menu, for the first item (the one complete() inserts), as VS Code
+    -- reports the one inline item it shows; a later item picked still counts as shown.
+    if words[1] and words[1].user_data then
+      report(bufnr, "completionShown", words[1].user_data.midword)
+    end
   end)
   return asked and -2 or -3
 end
@@ -237,6 +286,10 @@ function M.setup(opts)
     cmd = opts.cmd,
     root_dir = opts.root_dir or vim.loop.cwd(),
     init_options = opts.init_options,
+    -- Neovim 0.7 takes these instead of its defaults: the defaults, plus the ask for tags
+    capabilities = vim.tbl_deep_extend("force", vim.lsp.protocol.make_client_capabilities(), {
+      experimental = { midword = { completionEvents = true } },
+    }),
     handlers = vim.tbl_extend("force", { ["midword/status"] = on_status }, opts.handlers),
     on_attach = function(client, bufnr)
       if opts.omnifunc then
@@ -266,6 +319,7 @@ function M.setup(opts)
   end
 
   local group = vim.api.nvim_create_augroup("midword", { clear = true })
+  vim.api.nvim_create_autocmd("CompleteDone", { group = group, callback = on_complete_done })
   vim.api.nvim_create_autocmd("FileType", {
     group = group,
     pattern = opts.filetypes or "*",

@@ -106,11 +106,18 @@ async def test_items_are_tagged_and_events_reach_the_log(session: Session) -> No
     boundary.type("import os\n\n\ndef main(argv):\n    path = ")
     [in_word] = await inline_items(word)
     [at_boundary] = await inline_items(boundary)
+    listed = await word.complete()  # completion-list items carry the tags as their data
+    assert listed
     if not events:
         # a client that did not ask gets plain items (no command it would not know)
         assert in_word.command is None and at_boundary.command is None
+        assert all(item.data is None and item.command is None for item in listed)
         return
+    for item in listed:
+        assert isinstance(item.data, dict) and item.command is None, item
+        assert (item.data["method"], item.data["context"]) == ("bytesampler", "inside_word")
     word_tags, boundary_tags = tags_of(in_word), tags_of(at_boundary)
+    assert word_tags["id"] not in {item.data["id"] for item in listed}  # ids never repeat
     assert word_tags["context"] == "inside_word" and boundary_tags["context"] == "boundary"
     assert word_tags["method"] == boundary_tags["method"] == "bytesampler"
     assert word_tags["id"] != boundary_tags["id"]

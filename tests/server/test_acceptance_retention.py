@@ -164,3 +164,38 @@ async def test_a_partial_acceptance_and_a_closed_document(session: Session) -> N
     first = report["byMethod"]["bytesampler"]["retention"]["1"]
     assert first["unknown"] >= 1 and first["items"] >= 1
     assert report["checkpoints"] == [1, 4]
+
+
+async def test_a_completion_list_item_is_followed_from_the_cursor(session: Session) -> None:
+    """A completion-list item (what Neovim's omnifunc shows) carries its tags as ``data``.
+    Its edit replaces the name typed so far; the log counts and follows only what the
+    item added after it, as for an inline item at the same cursor."""
+    typed = "ArgumentPar"
+    buf = Buffer(session.client, "file:///tmp/retained_plain.py")
+    buf.type(f"import argparse\n\n\ndef main(argv):\n    parser = argparse.{typed}")
+    items = await buf.complete()
+    assert items, "no completion-list item mid-identifier"
+    tags = [item.data for item in items]
+    assert all(isinstance(t, dict) for t in tags), tags
+    assert len({t["id"] for t in tags}) == len(tags)  # one id per item
+    assert {(t["method"], t["context"]) for t in tags} == {("bytesampler", "inside_word")}
+    edit = items[0].text_edit
+    assert isinstance(edit, types.TextEdit)
+    start, cursor = buf.cursor - len(typed), buf.cursor
+    assert (edit.range.start, edit.range.end) == (buf.position(start), buf.position(cursor))
+    added = edit.new_text[len(typed) :]
+    assert edit.new_text.startswith(typed) and len(added) >= 2, edit.new_text
+
+    buf.replace(start, cursor, edit.new_text)  # the editor applies the edit, range and all
+    item_id = tags[0]["id"]
+    notify(buf.client, "completionShown", {"id": item_id})
+    notify(buf.client, "completionAccepted", {"id": item_id})
+    buf.backspace()  # the item's last character
+    buf.type("()")  # typed at its end: the user's, not the item's
+
+    entry = await checkpoint(item_id, FIRST)
+    assert (entry["inserted"], entry["retained"]) == (len(added), len(added) - 1), buf.text
+    assert (entry["method"], entry["context"]) == ("bytesampler", "inside_word")
+    [accepted] = [e for e in entries() if e["id"] == item_id and e["event"] == "accepted"]
+    assert accepted["length"] == len(added)  # not the typed name it replaced
+    buf.close()

@@ -424,7 +424,12 @@ def test_an_answer_for_an_unchanged_document_is_placed_in_its_version() -> None:
             controller, stub, controller.completion_list("file:///a.py", 2, 18), edit_elsewhere
         )
     )
-    assert got == [EditItem("name", "name", 2, 16, 18, "midword: identifier")]
+    assert got == [
+        EditItem(
+            "name", "name", 2, 16, 18, "midword: identifier", "bytesampler", "inside_word", "na"
+        )
+    ]
+    assert got[0].added() == ("me", 18)  # what the acceptance log follows: the item's own
 
 
 def test_the_worker_sees_a_request_go_stale() -> None:
