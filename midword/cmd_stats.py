@@ -1,9 +1,10 @@
-"""Print the acceptance rate and the retained characters of inline completions, from the
-local acceptance log.
+"""Print the acceptance rate and the retained characters of completions, from the local
+acceptance log.
 
 The language server appends one JSON line per event to the log (the VS Code extension
 reports when an inline item is shown, accepted, or partly accepted, e.g. a word or a
-line; see server/acceptance.py). The log stays on this machine; the server option
+line, and Neovim's midword.lua when its completion menu's item is shown or accepted;
+see server/acceptance.py). The log stays on this machine; the server option
 ``acceptanceLog: false`` stops it.
 
 For each method (bytesampler, the baselines, ensemble) and each cursor context
@@ -262,7 +263,7 @@ def _table(report: dict[str, Any]) -> str:
     if report["skipped"]:
         lines[0] += f", {report['skipped']} unreadable lines skipped"
     if not report["events"]:
-        lines.append("no events yet: inline completions shown in VS Code are counted here")
+        lines.append("no events yet: completions shown in VS Code or Neovim (midword.lua) are counted here")
         return "\n".join(lines)
     keys = [checkpoint_key(c) for c in report["checkpoints"]]
     header = f"  {'':<14}{'shown':>7}{'accepted':>10}{'partly':>8}{'rate':>8}{'any':>8}"
