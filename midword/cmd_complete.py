@@ -41,7 +41,7 @@ completion (issue 39): the next name is one of the candidates that extend the na
 typed at the end of the prefix, drawn from their exact probabilities with the name
 ending there (greedy: the likeliest), and the completion goes on exactly after it.
 When no candidate extends what was typed, or the candidates hold less than
---min-mass of the probability (default 0.05), the completion is the unguided one.
+--min-mass of the probability (default 0: never), the completion is the unguided one.
 --json then adds "method" ("bytesampler+symbols" when guided), "guided" (bool),
 "reason" (why not guided, else ""), "chosen" (the name or null), "logprob" (its exact
 log-probability, or null) and "mass" (a lower bound on the candidates' total

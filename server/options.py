@@ -85,8 +85,11 @@ class ServerOptions:
     min_confidence: float | str = 0.0
     max_lines: int = 0  # lines a completion may span; 0 = no limit (1: single-line mode)
     # names the editor sends with a request (midwordCandidates) guide the completion only
-    # when the model gives them this much of the probability together (issue 39)
-    symbols_min_mass: float = 0.05
+    # when the model gives them this much of the probability together (issue 39). 0: always,
+    # once a name extends the typed word: on `midword bench symbols` every name guidance
+    # left to the model below 5% was one no analyser knew, and forced ones were right as
+    # often (docs/benchmarks.md)
+    symbols_min_mass: float = 0.0
     window_bytes: int = 4096
     log_level: str = "info"
     max_items: int = 3

@@ -98,7 +98,7 @@ class Request:
     suffix: bytes = b""  # the window after the cursor (a FIM model's prompt holds it)
     # names the editor knows at the cursor (issue 39): the completion's next name is one
     candidates: tuple[str, ...] = ()
-    min_mass: float = 0.05  # the candidates' share of the probability needed to guide
+    min_mass: float = 0.0  # the candidates' share of the probability needed to guide
 
 
 @dataclass

@@ -14,9 +14,11 @@ Given a byte prefix that may end inside a name (``self.assertEq``) and candidate
    (`likeliest_continuation`, `draw_continuation`: a search of their byte trie);
 3. with ``end="identifier"``, the byte after the name is drawn from the exact next-byte
    distribution restricted to the bytes that end a name and the end of text (the same
-   transform); the completion then goes on with `Completer.complete` from the prefix, the
-   name and that byte. The ByteSampler conditions on any byte prefix, so each step is the
-   model's exact distribution given what was chosen before it.
+   transform); the completion then goes on as `Completer.complete` would from the prefix,
+   the name and that byte: a leaf of the covering tree at prefix + name that puts the byte
+   next (the tree the search scored for the name: `_leaf_after`), then ordinary tokens.
+   The ByteSampler conditions on any byte prefix, so each step is the model's exact
+   distribution given what was chosen before it.
 
 The guidance stands aside, with a reason the caller may log, when no candidate extends
 what was typed or the candidates together hold less than ``min_mass`` of the probability
@@ -59,15 +61,17 @@ from .candidates import (
     likeliest_continuation,
     typed_identifier,
 )
-from .generate import Completer, Completion, Cut, Settings, StopCheck
+from .generate import Completer, Completion, Cut, Settings, StopCheck, _Output, _pick
 from .sampling import ByteSampler
 from .transform import NEG_INF, Transform, logsumexp
 
-__all__ = ["GUIDED_METHOD", "MIN_MASS", "Guided", "complete_guided"]
+__all__ = ["GUIDED_METHOD", "MIN_MASS", "Guided", "complete_guided", "would_guide"]
 
 GUIDED_METHOD = "bytesampler+symbols"
-# below this share of the probability the candidates are not what the model wants here
-MIN_MASS = 0.05
+# below this share of the probability the candidates are not what the model wants here.
+# 0: guide whenever a candidate extends what was typed; a name the editor's language
+# server does not offer is almost always wrong (`midword bench symbols --sweep`)
+MIN_MASS = 0.0
 _EOS = -1  # the end of text, among the bytes that may follow a name
 
 
@@ -141,11 +145,37 @@ def complete_guided(
     if isinstance(pick, str):
         return _unguided(completer, prefix, settings, pick, fallback, should_stop, cut, deadline)
     head, ended = _after_name(pick.chosen, end, settings, rng)
-    completion = _go_on(completer, prefix, head, ended, settings, cut, should_stop, deadline)
+    hooks = (cut, should_stop, deadline)
+    completion = None
+    if end == "identifier" and not ended:
+        completion = _go_on_ended(completer, prefix, head, settings, *hooks, rng)
+    if completion is None:
+        completion = _go_on(completer, prefix, head, ended, settings, *hooks)
     completion.seconds = time.perf_counter() - started  # the scoring counts too
     chosen = pick.chosen
     name = rests[chosen.continuation]
     return Guided(completion, GUIDED_METHOD, "", name, chosen.logprob, pick.mass)
+
+
+def would_guide(
+    completer: Completer,
+    prefix: bytes,
+    names: Sequence[str],
+    min_mass: float,
+    *,
+    end: str = "identifier",
+    typed: bytes | None = None,
+) -> bool:
+    """Whether greedy `complete_guided` guides at ``prefix`` with this ``min_mass``: a
+    candidate extends what was typed and the candidates are not found to hold less than
+    ``min_mass`` (the same search and rule; nothing is generated). For a caller that
+    weighs thresholds against each other, as ``midword bench symbols --sweep`` does."""
+    typed = typed_identifier(prefix) if typed is None else typed
+    rests = _rests(names, typed)
+    if not rests:
+        return False
+    pick = _likeliest(completer.sampler, prefix, list(rests), end, min_mass, None)
+    return not isinstance(pick, str)
 
 
 @dataclass(frozen=True)
@@ -307,6 +337,82 @@ def _go_on(
     if joined.end is not None:
         return _cut(text + rest.text, rest.tokens, joined, rest.seconds)
     return dataclasses.replace(rest, text=text + rest.text, data=head + rest.data)
+
+
+def _go_on_ended(
+    completer: Completer,
+    prefix: bytes,
+    head: bytes,
+    settings: Settings,
+    cut: Cut | None,
+    should_stop: StopCheck | None,
+    deadline: float | None,
+    rng: np.random.Generator,
+) -> Completion | None:
+    """`_go_on` for a name and the byte that ends it (``head``), from the covering tree at
+    prefix + name, which the search scored for the chosen name (`_leaf_after`); None where
+    no leaf of that tree starts with the byte under the transform (then `_go_on`)."""
+    text = head.decode("utf-8", "replace")
+    joined = _Joined(text, settings.stop, cut)
+    if joined("") is not None:  # the name (and its ending byte) already stops it
+        return _cut(text, 0, joined, 0.0)
+    name = head[:-1]
+    name_text = name.decode("utf-8", "replace")
+    joined = _Joined(name_text, settings.stop, cut)
+    plain = dataclasses.replace(settings, stop=())  # the joined cut applies them
+    rest = _leaf_after(
+        completer, prefix + name, head[-1], plain, joined, should_stop, deadline, rng
+    )
+    if rest is None:
+        return None
+    if joined.end is not None:
+        return _cut(name_text + rest.text, rest.tokens, joined, rest.seconds)
+    return dataclasses.replace(rest, text=name_text + rest.text, data=name + rest.data)
+
+
+def _leaf_after(
+    completer: Completer,
+    at: bytes,
+    byte: int,
+    s: Settings,
+    cut: Cut,
+    should_stop: StopCheck | None,
+    deadline: float | None,
+    rng: np.random.Generator,
+) -> Completion | None:
+    """The completion of ``at`` whose first byte is ``byte``: PBP's leaf step (greedy the
+    likeliest leaf, else drawn under the transform) over the leaves of the covering tree
+    at ``at`` that put ``byte`` next, then ordinary tokens, as `Completer.complete` goes on.
+
+    Why not complete ``at + byte`` as a new prefix: those leaves are the covering tree of
+    ``at + byte`` but for the ones that end exactly there, which that tree splits by their
+    next token; their weights are the same probabilities, so drawn at temperature 1 both
+    give the model's text after ``at + byte`` (but for the mass on token pairs no text
+    encodes to, which generation after any PBP leaf allows too; greedy may pick a shorter
+    leaf). But the tree at ``at`` is already scored, by the candidate search's last model
+    call when it ended on the chosen name, and a new prefix would score a tree again (one
+    to two tokens a completion on the default model). None when no leaf agrees with
+    ``byte`` (a top-k or top-p transform dropped them all).
+    """
+    started = time.perf_counter()
+    out = _Output(s, should_stop, cut, deadline)
+    sampler = completer.sampler
+    sampler.reset(at)
+    out.before_step()  # honour a cancel before the tree is scored (when it is not yet)
+    greedy = s.transform.is_greedy
+    leaves = completer.leaf_set(Transform() if greedy else s.transform)
+    agree = sampler.leaf_next_bytes(leaves) == byte
+    weights = np.where(agree, leaves.weights, NEG_INF)
+    if not agree.any() or not np.isfinite(weights).any():
+        return None
+    k = _pick(weights, greedy, rng)
+    seq = leaves.sequence(k)
+    leaf_lp = float(weights[k] - logsumexp(weights))
+    if out.add(completer.tok.decode(seq)[leaves.tree.rest :], leaf_lp):
+        return out.result(leaf_lp, 1, started)
+    context = list(leaves.tree.trunk) + list(seq)
+    made = completer._generate(context, s, rng, out, budget=s.max_tokens - 1)
+    return out.result(leaf_lp, 1 + made, started)
 
 
 def _cut(whole: str, tokens: int, joined: _Joined, seconds: float) -> Completion:

@@ -167,6 +167,7 @@ class ByteSampler:
         # token byte lengths as Python ints: a node's offset sums a few of them per keystroke
         self._lengths = [len(b) if b is not None else 0 for b in tok.token_bytes]
         self._bytes = _bytes_by_position(tok.token_bytes)  # [max_len, V] uint8
+        self._length_array: np.ndarray | None = None  # _lengths as an array, once asked
         self._special = np.array(
             [i for i in tok.special_ids if i < model.vocab_size], dtype=np.int64
         )
@@ -342,6 +343,20 @@ class ByteSampler:
             empty = np.zeros(0, dtype=np.int64)
             return LeafSet(sc.tree, empty, empty, np.zeros(0))
         return _leaf_arrays(sc, owners, runs)
+
+    def leaf_next_bytes(self, leaf_set: LeafSet) -> np.ndarray:
+        """int64 [L]: the byte each leaf of ``leaf_set`` (this sampler's, at its prefix)
+        puts right after the prefix, -1 for an end-of-text event: a caller that knows the
+        next byte keeps the leaves that agree with it (guided completion, issue 39)."""
+        tree = leaf_set.tree
+        offsets = np.array([tree.rest - sum(self._lengths[t] for t in n.path) for n in tree.nodes])
+        at = offsets[leaf_set.node] if offsets.size else np.zeros(0, dtype=np.int64)
+        if self._length_array is None:
+            self._length_array = np.array(self._lengths, dtype=np.int64)
+        has = self._length_array[leaf_set.token] > at  # a special token has no bytes
+        out = np.full(leaf_set.size, -1, dtype=np.int64)
+        out[has] = self._bytes[at[has], leaf_set.token[has]]
+        return out
 
     def leaves(self, transform: Transform = _AS_IS) -> tuple[list[tuple[int, ...]], np.ndarray]:
         """`leaf_set` as (list of token sequences, log-probs)."""

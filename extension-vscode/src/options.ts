@@ -210,7 +210,7 @@ export const FALLBACK_OPTIONS: Readonly<ServerOptions> = Object.freeze({
     'credentials*.json',
     'secrets.*',
   ]),
-  symbolsMinMass: 0.05,
+  symbolsMinMass: 0,
 });
 
 /** Reads one setting by its key relative to `midword.` (e.g. `topP`); `undefined` when unset. */

@@ -17,7 +17,8 @@ greedy; up to the end of the line):
   stands aside (no name extends what was typed, or the names hold less than --min-mass of
   the probability) the unguided completion, counted. Where it stood aside for lack of
   mass, the name it would have chosen anyway is recorded too (untimed): the report's
-  what-if row, guidance with no minimum mass.
+  what-if row, guidance with no minimum mass. With --sweep, whether it would guide at
+  each of those minimum masses is recorded too (untimed), and the report has a row each.
 
 Reported per method and cut kind: next-identifier exact match, the hallucinated rate
 (the identifier at the cursor is not one of jedi's names, over the cuts where jedi offers
@@ -30,11 +31,21 @@ at least 1.3x ByteSampler's, added latency at most 20% of a completion.
 
 The code: by default the installed packages pygls, pytest_lsp and typing_inspection
 (their present code postdates the default model's training data; --packages names
-others), or every .py file under --text DIR. Every method's cache is warm at a cut (the
-prompt is scored once before the timed completions, as at a keystroke in an editor).
+others), or every .py file under --text DIR.
+
+Timing (``--timing``) follows the language server. Before each method the prompt's settled
+tokens are in the KV cache (untimed: the server prefills them while the user types).
+``request`` (the default) then times what one request costs: for ByteSampler and guided
+the server's ``prepare``, which scores the covering tree at the cursor once for every
+item, guided or not, and then the completion; naive and token healing need no tree. The
+prepare's share is recorded too (``prepare_cpu_seconds``), and each method's inference
+tokens (``inference_tokens``: model work, whatever else the machine runs). ``item`` is
+the timing of the first runs of this table: the prompt warmed once per cut by a one-token
+completion, then the methods one after the other from whatever cache the last one left.
 
 Examples:
   midword bench symbols --limit 60
+  midword bench symbols --limit 60 --sweep 0,0.005,0.01,0.02,0.05
   midword bench symbols --model models/default --text ~/src/myproject --limit 30
 """
 
@@ -64,6 +75,9 @@ from midword.bench.symbols_report import LABELS, METHODS, markdown, summarize
 DEFAULT_OUT = "bench-results/symbols"
 DEFAULT_LIMIT = 60
 STOP = ("\n",)  # every metric reads the first line
+TIMINGS = ("request", "item")
+# the methods whose requests score the covering tree first (the server's prepare)
+PREPARED = ("bytesampler", "guided")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,8 +106,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-mass",
         type=float,
-        default=0.05,  # engine/sample/guided.py MIN_MASS (not imported: --help stays light)
-        help="guide only when jedi's names hold this much probability (default 0.05)",
+        default=0.0,  # the server's symbolsMinMass (server/options.py; not imported)
+        help="guide only when jedi's names hold this much probability (default 0, the "
+        "server's symbolsMinMass: whenever a name extends what was typed)",
+    )
+    parser.add_argument(
+        "--timing",
+        choices=TIMINGS,
+        default="request",
+        help="request (default): each method timed as the server runs a request, tree "
+        "scoring included; item: the prompt warmed once per cut, methods back to back",
+    )
+    parser.add_argument(
+        "--sweep",
+        default="",
+        help="comma-separated minimum masses to weigh against each other (e.g. "
+        "0,0.005,0.01,0.02,0.05): at each cut, whether guidance would stand aside at each "
+        "(untimed); the report then has a row per value",
     )
     parser.add_argument(
         "--methods",
@@ -111,6 +140,21 @@ def _methods(text: str) -> list[str]:
 
         raise CommandError(f"unknown --methods {', '.join(unknown)}; known: {', '.join(METHODS)}")
     return [m for m in METHODS if m in names]
+
+
+def sweep_values(text: str) -> list[float]:
+    """--sweep's minimum masses, ascending and distinct.
+
+    >>> sweep_values("0.05, 0,0.01,0.05"), sweep_values("")
+    ([0.0, 0.01, 0.05], [])
+    """
+    try:
+        values = sorted({float(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        from midword.cli import CommandError
+
+        raise CommandError(f"--sweep {text!r}: not a list of numbers") from None
+    return values
 
 
 def _sources(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
@@ -137,6 +181,8 @@ def settings_of(args: argparse.Namespace, source: dict[str, Any]) -> dict[str, A
         "max_tokens": args.max_tokens,
         "min_mass": args.min_mass,
         "methods": _methods(args.methods),
+        "timing": args.timing,
+        **({"sweep": sweep_values(args.sweep)} if args.sweep else {}),  # older runs: none
     }
 
 
@@ -185,6 +231,8 @@ class Runner:
         self.max_context = getattr(model, "context_length", None)
         self.methods = methods
         self.min_mass = args.min_mass
+        self.sweep = sweep_values(getattr(args, "sweep", ""))
+        self.timing = getattr(args, "timing", "request")
         self.settings = Settings(max_tokens=args.max_tokens, temperature=0.0, stop=STOP)
 
     def run(self, cut: Cut) -> dict[str, dict[str, Any]]:
@@ -194,19 +242,35 @@ class Runner:
         settings = dataclasses.replace(
             self.settings, max_tokens=min(self.settings.max_tokens, room)
         )
-        self._warm(prompt)
+        if self.timing == "item":
+            self._warm(prompt)
         order = list(self.methods)
         if cut.index % 2 and "bytesampler" in order and "guided" in order:
             a, b = order.index("bytesampler"), order.index("guided")
             order[a], order[b] = order[b], order[a]
         names = identifiers(cut.names)
-        out = {m: self._one(m, prompt, names, settings) for m in order}
+        out = {}
+        for m in order:
+            if self.timing == "request":
+                self._prefill(prompt)
+            out[m] = self._one(m, prompt, names, settings)
         for m in out.values():
             m["prompt_bytes"] = len(prompt)
         guided = out.get("guided")
         if guided and guided["reason"] and not guided["reason"].startswith("no candidate"):
             guided["forced"] = self._forced(prompt, names, settings)  # after the timed runs
+        if guided and self.sweep:
+            guided["sweep"] = self._sweep(prompt, names, guided)
         return {m: out[m] for m in self.methods}
+
+    def _sweep(self, prompt: bytes, names: list[str], guided: dict[str, Any]) -> dict[str, bool]:
+        """{min mass: whether guidance would guide there} (untimed): the report reads the
+        guided completion (or ``forced``) where it would, the unguided one where not."""
+        from midword.engine.sample.guided import would_guide
+
+        if guided["reason"].startswith("no candidate"):  # no threshold changes that
+            return {f"{t:g}": False for t in self.sweep}
+        return {f"{t:g}": would_guide(self.completer, prompt, names, t) for t in self.sweep}
 
     def _fit(self, prefix: bytes) -> tuple[bytes, int]:
         """The prompt cut to the model's positions (whole lines from its front), and the
@@ -222,13 +286,31 @@ class Runner:
         return prompt, max(1, fit.new_tokens(move(prompt)))
 
     def _warm(self, prompt: bytes) -> None:
-        """Score the prompt once, untimed: every method then starts from a warm cache."""
+        """``--timing item``: score the prompt once, untimed, by a one-token completion."""
         self.completer.complete(prompt, dataclasses.replace(self.settings, max_tokens=1))
+
+    def _prefill(self, prompt: bytes) -> None:
+        """``--timing request``: the state a request finds, untimed: the prompt's trunk in
+        the KV cache (server/live.py prefills it while the user types), nothing scored at
+        the cursor (no tree nodes, no leaves kept from another method's run)."""
+        self.completer.context_changed()  # forget the leaves another method scored
+        self.completer.sampler.reset(prompt)
+        self.completer.session.logprobs(self.completer.sampler.vct.tree().trunk, [()])
+
+    def _prepare(self, method: str, prompt: bytes) -> None:
+        """What the server does once per request before its items (server/live.py
+        ``prepare``): for ByteSampler, guided or not, score the covering tree at the cursor."""
+        if self.timing == "request" and method in PREPARED:
+            self.completer.sampler.reset(prompt)
+            self.completer.leaf_set()
 
     def _one(self, method: str, prompt: bytes, names: list[str], settings: Any) -> dict[str, Any]:
         from midword.engine import complete_guided
 
         started, cpu = time.perf_counter(), time.process_time()
+        tokens = self.completer.session.inference_tokens
+        self._prepare(method, prompt)
+        prepared = time.process_time() - cpu
         if method == "guided":
             guided = complete_guided(
                 self.completer, prompt, names, settings, min_mass=self.min_mass, fallback=True
@@ -245,6 +327,8 @@ class Runner:
             "completion": result.text,
             "seconds": round(seconds, 6),
             "cpu_seconds": round(cpu, 6),
+            "prepare_cpu_seconds": round(prepared, 6),
+            "inference_tokens": self.completer.session.inference_tokens - tokens,
             "tokens": result.tokens,
             "stop_reason": result.stop_reason,
             **extra,

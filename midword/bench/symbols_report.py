@@ -17,7 +17,9 @@ jedi's names there), so a change of a metric applies to runs recorded before it.
   wall time also counts the waits for a core, which neither method causes (both are shown).
 
 A what-if row follows the guided one: the same records, except where guidance stood aside
-for lack of mass, there the name it would have chosen anyway (``--min-mass 0``).
+for lack of mass, there the name it would have chosen anyway (``--min-mass 0``). With
+``--sweep``, a table weighs minimum masses against each other: at each value, the guided
+completion (or the what-if one) where guidance would guide, the unguided one where not.
 
 >>> rec = {"kind": "dot-inside", "typed": "ap", "name": "append", "line_rest": "pend(x)",
 ...        "names": ["append", "apply"], "methods": {"bytesampler": {"completion": "pendix",
@@ -61,7 +63,7 @@ def first_line(text: str) -> str:
     return text.split("\n", 1)[0]
 
 
-def judge(record: dict[str, Any], method: str) -> dict[str, Any] | None:
+def judge(record: dict[str, Any], method: str, sweep: str | None = None) -> dict[str, Any] | None:
     """One method's outcome at one cut (None when the method did not run there).
 
     >>> rec = {"typed": "ap", "name": "append", "line_rest": "pend(x)", "names": ["append"],
@@ -69,7 +71,7 @@ def judge(record: dict[str, Any], method: str) -> dict[str, Any] | None:
     >>> j = judge(rec, "naive"); j["ident_exact"], j["hallucinated"], j["line_exact"]
     (True, False, True)
     """
-    out = _outcome(record, method)
+    out = _outcome(record, method) if sweep is None else sweep_outcome(record, sweep)
     if out is None:
         return None
     ident = completed_identifier(record["typed"], out["completion"])
@@ -100,6 +102,29 @@ def _outcome(record: dict[str, Any], method: str) -> dict[str, Any] | None:
     return {**guided, **guided["forced"]} if "forced" in guided else guided
 
 
+def sweep_outcome(record: dict[str, Any], min_mass: str) -> dict[str, Any] | None:
+    """What guidance writes at ``min_mass`` (a key of the guided record's ``sweep``): the
+    guided completion (the what-if one where it stood aside at the run's own minimum)
+    where it would guide there, else the unguided one (its own fallback, or ByteSampler's,
+    the same greedy completion). None when the cut has no sweep.
+
+    >>> rec = {"methods": {"bytesampler": {"completion": "x"}, "guided": {"completion": "y",
+    ...        "guided": True, "sweep": {"0": True, "0.5": False}}}}
+    >>> sweep_outcome(rec, "0")["completion"], sweep_outcome(rec, "0.5")["completion"]
+    ('y', 'x')
+    """
+    methods = record.get("methods", {})
+    guided = methods.get("guided")
+    if guided is None or min_mass not in guided.get("sweep", {}):
+        return None
+    if guided["sweep"][min_mass]:
+        out = {**guided, **guided.get("forced", {})}
+        return {**out, "guided": True, "reason": ""}
+    if guided.get("guided") is False:  # its own fallback is the unguided completion
+        return guided
+    return {**methods["bytesampler"], "guided": False, "reason": "the candidates hold"}
+
+
 def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
@@ -107,17 +132,7 @@ def _median(values: Sequence[float]) -> float:
 def method_stats(records: list[dict[str, Any]], method: str) -> dict[str, Any]:
     """Counts and rates of one method over ``records`` (one cut kind, or all)."""
     judged = [j for r in records if (j := judge(r, method)) is not None]
-    hall = [j["hallucinated"] for j in judged if j["offered"]]
-    stats: dict[str, Any] = {
-        "n": len(judged),
-        "ident_exact": common.mean([float(j["ident_exact"]) for j in judged]),
-        "offered": len(hall),
-        "hallucinated_count": sum(hall),
-        "hallucinated": common.mean([float(h) for h in hall]),
-        "line_exact": common.mean([float(j["line_exact"]) for j in judged]),
-        "p50_seconds": _median([j["seconds"] for j in judged]),
-        "p50_cpu_seconds": _median([j["cpu_seconds"] for j in judged]),
-    }
+    stats = _rates(judged)
     if method == WHAT_IF:  # its times would be the guided method's: not its own
         stats["p50_seconds"] = stats["p50_cpu_seconds"] = math.nan
         stats["forced"] = sum("forced" in r["methods"].get("guided", {}) for r in records)
@@ -127,6 +142,38 @@ def method_stats(records: list[dict[str, Any]], method: str) -> dict[str, Any]:
         stats["aside_no_candidate"] = sum(j["reason"].startswith("no candidate") for j in aside)
         stats["aside_low_mass"] = len(aside) - stats["aside_no_candidate"]
     return stats
+
+
+def _rates(judged: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts, rates and median times of judged outcomes."""
+    hall = [j["hallucinated"] for j in judged if j["offered"]]
+    return {
+        "n": len(judged),
+        "ident_exact": common.mean([float(j["ident_exact"]) for j in judged]),
+        "offered": len(hall),
+        "hallucinated_count": sum(hall),
+        "hallucinated": common.mean([float(h) for h in hall]),
+        "line_exact": common.mean([float(j["line_exact"]) for j in judged]),
+        "p50_seconds": _median([j["seconds"] for j in judged]),
+        "p50_cpu_seconds": _median([j["cpu_seconds"] for j in judged]),
+    }
+
+
+def sweep_stats(records: list[dict[str, Any]], min_mass: str) -> dict[str, Any]:
+    """Guidance's rates at one --sweep minimum mass (no times: they are not measured), and
+    how often it would stand aside for lack of mass."""
+    judged = [j for r in records if (j := judge(r, "guided", min_mass)) is not None]
+    stats = _rates(judged)
+    del stats["p50_seconds"], stats["p50_cpu_seconds"]
+    aside = [j for j in judged if j["guided"] is False]
+    stats["aside_low_mass"] = sum(not j["reason"].startswith("no candidate") for j in aside)
+    return stats
+
+
+def sweep_keys(records: list[dict[str, Any]]) -> list[str]:
+    """The --sweep minimum masses recorded, ascending."""
+    keys = {k for r in records for k in r.get("methods", {}).get("guided", {}).get("sweep", {})}
+    return sorted(keys, key=float)
 
 
 def added_latency(
@@ -187,12 +234,20 @@ def summarize(records: list[dict[str, Any]], methods: Sequence[str]) -> dict[str
         "methods": stats,
         "jedi": {"all": jedi_stats(records), **{k: jedi_stats(v) for k, v in by_kind.items()}},
     }
+    if keys := sweep_keys(records):
+        summary["sweep"] = {
+            key: {"all": sweep_stats(records, key)}
+            | {k: sweep_stats(by_kind[k], key) for k in KINDS}
+            for key in keys
+        }
     if "guided" in methods and "bytesampler" in methods:
         summary["latency"] = {
             "cpu": added_latency(records),
             "wall": added_latency(records, "seconds"),
             "cpu_guided_only": added_latency(records, only_guided=True),
         }
+        if _all_have(records, "inference_tokens"):  # runs before the field: none
+            summary["latency"]["tokens"] = added_latency(records, "inference_tokens")
         summary["goals"] = goals(stats, summary["latency"]["cpu"])
     return summary
 
@@ -274,15 +329,40 @@ def markdown(summary: dict[str, Any]) -> str:
     head = ["method", *[f"{k} (n={stats[methods[0]][k]['n']})" for k in KINDS]]
     rows = [[LABELS[m], *(_kind_cell(stats[m][k]) for k in KINDS)] for m in methods]
     md.append(common.markdown_table(head, rows))
+    if "sweep" in summary:
+        md.append(_sweep_table(summary["sweep"]))
     md.append(_jedi_table(summary["jedi"]))
     if "goals" in summary:
         md.append(_guidance_lines(stats["guided"]["all"], summary))
     return "".join(md)
 
 
+def _sweep_table(sweep: dict[str, dict[str, Any]]) -> str:
+    """Guidance at each --sweep minimum mass: overall, then identifier exact / hallucinated
+    by cut kind."""
+    head = ["min mass", "stood aside (too little mass)", "identifier exact"]
+    head += ["hallucinated (where jedi offers)", "first line exact"]
+    head += [f"{k}: exact / hallucinated" for k in KINDS]
+    rows = []
+    for key, stats in sweep.items():
+        s = stats["all"]
+        rows.append(
+            [key, s["aside_low_mass"], _rate(s["ident_exact"]), _hall_cell(s)]
+            + [_rate(s["line_exact"])]
+            + [f"{_rate(stats[k]['ident_exact'])} / {_hall_rate(stats[k])}" for k in KINDS]
+        )
+    intro = (
+        "\nGuidance by minimum mass (--sweep; the unguided completion where it stands aside):\n\n"
+    )
+    return intro + common.markdown_table(head, rows)
+
+
+def _hall_rate(s: dict[str, Any]) -> str:
+    return _rate(s["hallucinated"]) if s["offered"] else "-"
+
+
 def _kind_cell(s: dict[str, Any]) -> str:
-    hall = _rate(s["hallucinated"]) if s["offered"] else "-"
-    return f"{_rate(s['ident_exact'])} / {hall} / {_rate(s['line_exact'])}"
+    return f"{_rate(s['ident_exact'])} / {_hall_rate(s)} / {_rate(s['line_exact'])}"
 
 
 def _jedi_table(jedi: dict[str, Any]) -> str:
@@ -312,8 +392,9 @@ def _guidance_lines(guided: dict[str, Any], summary: dict[str, Any]) -> str:
         f"Added latency p50: {_ms(cpu['added_p50'])} CPU over ByteSampler's "
         f"{_ms(cpu['base_p50'])} ({_share(cpu['share'])}; {_share(only['share'])} over the "
         f"{only['n']} guided cuts only); wall: {_ms(wall['added_p50'])} over "
-        f"{_ms(wall['base_p50'])} ({_share(wall['share'])}).\n\n",
-        "Goals (issue 39):\n\n",
+        f"{_ms(wall['base_p50'])} ({_share(wall['share'])}).\n",
+        _tokens_line(latency.get("tokens")),
+        "\nGoals (issue 39):\n\n",
     ]
     for name, text in (
         ("hallucinated", "guided hallucinated where jedi offers candidates"),
@@ -326,6 +407,22 @@ def _guidance_lines(guided: dict[str, Any], summary: dict[str, Any]) -> str:
             f"- {text}: {value} (goal {goal['goal']}): {'met' if goal['met'] else 'NOT met'}\n"
         )
     return "".join(lines)
+
+
+def _tokens_line(tokens: dict[str, Any] | None) -> str:
+    """The model work guidance adds: inference tokens, median of the paired differences."""
+    if not tokens:
+        return ""
+    return (
+        f"Added inference tokens p50: {tokens['added_p50']:g} over ByteSampler's "
+        f"{tokens['base_p50']:g} ({_share(tokens['share'])}).\n"
+    )
+
+
+def _all_have(records: list[dict[str, Any]], field: str) -> bool:
+    """Whether ByteSampler's and the guided method's outcomes all record ``field``."""
+    outs = [r["methods"].get(m) for r in records for m in ("bytesampler", "guided")]
+    return bool(records) and all(o is not None and field in o for o in outs)
 
 
 def _ms(seconds: float) -> str:

@@ -223,6 +223,35 @@ def test_guidance_counts_goals_and_latency() -> None:
     assert symbols_report.LABELS[symbols_report.WHAT_IF] in md
 
 
+def test_sweep_rows_read_guided_or_unguided_completions() -> None:
+    """A --sweep row: the guided completion (the what-if one where the run's own minimum
+    stood aside) where guidance would guide at that mass, the unguided one where not."""
+    records = []
+    for i, (guided, reason, sweep) in enumerate(
+        [
+            (True, "", {"0": True, "0.1": False}),  # guided; at 0.1 ByteSampler's instead
+            (False, "the candidates hold", {"0": True, "0.1": False}),  # forced at 0
+            (False, "no candidate extends 'ap'", {"0": False, "0.1": False}),
+        ]
+    ):
+        r = _record("dot-inside", "ap", "append", "pend(x)", ["append", "apply"])
+        r["key"] = str(i)
+        r["methods"] = {
+            "bytesampler": {"completion": "pendix", "seconds": 1.0},
+            "guided": {"completion": "pend(x)" if guided else "pendix", "seconds": 1.0,
+                       "guided": guided, "reason": reason, "sweep": sweep},
+        }  # fmt: skip
+        records.append(r)
+    records[1]["methods"]["guided"]["forced"] = {"completion": "pend(x)", "chosen": "append"}
+    summary = symbols_report.summarize(records, ["bytesampler", "guided"])
+    at0, at1 = summary["sweep"]["0"]["all"], summary["sweep"]["0.1"]["all"]
+    assert (at0["ident_exact"], at0["hallucinated_count"], at0["aside_low_mass"]) == (
+        pytest.approx(2 / 3), 1, 0)  # fmt: skip
+    assert (at1["ident_exact"], at1["hallucinated_count"], at1["aside_low_mass"]) == (0, 3, 2)
+    assert list(summary["sweep"]) == ["0", "0.1"]
+    assert "Guidance by minimum mass" in symbols_report.markdown(summary)
+
+
 def test_completed_identifier_and_first_line() -> None:
     assert symbol_cuts.completed_identifier("se", "lf.x") == "self"
     assert symbol_cuts.completed_identifier("größ", "e = 1") == "größe"
@@ -238,7 +267,7 @@ def test_tiny_run_writes_the_tables_and_resumes(code_dir: Path, tmp_path: Path, 
     pytest.importorskip("torch")
     out = tmp_path / "symbols"
     argv = ["bench", "symbols", *MODEL_ARGS, "--text", str(code_dir), "--limit", "3"]
-    argv += ["--max-tokens", "8", "--out", str(out)]
+    argv += ["--sweep", "0,0.5", "--max-tokens", "8", "--out", str(out)]
     assert cli.main(argv) == 0
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records] == list(KINDS)
@@ -247,7 +276,12 @@ def test_tiny_run_writes_the_tables_and_resumes(code_dir: Path, tmp_path: Path, 
         assert set(r["methods"]) == set(symbols_report.METHODS)
         assert r["line_rest"] == text[r["offset"] :].split("\n", 1)[0]
         assert all(m["cpu_seconds"] >= 0 and m["seconds"] > 0 for m in r["methods"].values())
+        # --timing request: the tree scored in the timed request, for ByteSampler's methods
+        assert all(m["inference_tokens"] >= 0 for m in r["methods"].values())
+        assert r["methods"]["naive"]["prepare_cpu_seconds"] < 0.01  # no tree for naive
         guided = r["methods"]["guided"]
+        assert set(guided["sweep"]) == {"0", "0.5"}
+        assert guided["sweep"]["0"] or not guided["guided"]
         if guided["guided"]:  # the identifier at the cursor is the chosen existing name
             ident = symbol_cuts.completed_identifier(r["typed"], guided["completion"])
             assert ident == guided["chosen"] and ident in r["names"]
@@ -255,7 +289,8 @@ def test_tiny_run_writes_the_tables_and_resumes(code_dir: Path, tmp_path: Path, 
             assert guided["reason"]
     markdown = (out / "results.md").read_text()
     for column in ("identifier exact", "hallucinated (where jedi offers)", "first line exact",
-                   "p50 CPU s", "p50 wall s", *KINDS, "Added latency p50", "Goals"):  # fmt: skip
+                   "p50 CPU s", "p50 wall s", *KINDS, "Added latency p50", "Goals",
+                   "Guidance by minimum mass", "Added inference tokens p50"):  # fmt: skip
         assert column in markdown, column
     assert markdown in capsys.readouterr().out
     summary = json.loads((out / "results.json").read_text())

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from midword.engine.sample.candidates import score_continuations
 from midword.engine.sample.generate import Completer, Settings
-from midword.engine.sample.guided import GUIDED_METHOD, _draw, complete_guided
+from midword.engine.sample.guided import (
+    GUIDED_METHOD,
+    _draw,
+    _leaf_after,
+    complete_guided,
+    would_guide,
+)
 from midword.engine.sample.sampling import ByteSampler
 from midword.engine.sample.transform import Transform
 
@@ -61,7 +67,8 @@ def test_greedy_after_a_dot_takes_the_brute_force_best(setup: _Setup, completer:
 def test_the_text_after_the_name_is_the_unguided_completion(completer: Completer) -> None:
     """end="none": the unguided greedy completion of prefix + name goes on; end
     "identifier": first the likeliest byte that ends the name (brute-force-checked
-    distribution, ByteSampler), then the unguided completion of prefix + name + byte."""
+    distribution, ByteSampler), then the likeliest leaf at prefix + name that puts that
+    byte next (here the unguided completion of prefix + name + byte's own leaf too)."""
     guided = complete_guided(completer, PREFIX, NAMES, GREEDY, end="none")
     rest = guided.chosen[len("assertEq") :]
     plain = completer.complete(PREFIX + rest.encode(), GREEDY)
@@ -89,7 +96,7 @@ def test_scores_in_the_result(setup: _Setup, completer: Completer) -> None:
     brute = {n: setup.brute(PREFIX, n.encode()[8:], "identifier") for n in fits}
     mass = sum(np.exp(v) for v in brute.values())
     for settings in SETTINGS:
-        guided = complete_guided(completer, PREFIX, NAMES, settings)
+        guided = complete_guided(completer, PREFIX, NAMES, settings, min_mass=0.05)
         assert abs(guided.logprob - brute[guided.chosen]) < 1e-9
         assert 0.05 <= guided.mass <= mass + 1e-9
         assert guided.to_json()["chosen"] == guided.chosen
@@ -198,3 +205,66 @@ def test_fill_in_the_middle_guides_at_the_cursor(setup: _Setup, template: str) -
     head = guided.completion.data[: len(best.continuation) + 1]
     plain = fim.completer.complete(covered + head, GREEDY)
     assert guided.completion.data == head + plain.data
+
+
+def test_leaf_next_bytes_reads_the_byte_after_the_prefix(completer: Completer) -> None:
+    """`ByteSampler.leaf_next_bytes` against the leaves' own token bytes, one by one."""
+    sampler = completer.sampler
+    for prefix in (PREFIX + b"ual", b"os.", b"x"):
+        sampler.reset(prefix)
+        leaves = sampler.leaf_set()
+        got = sampler.leaf_next_bytes(leaves)
+        tree, tok = leaves.tree, completer.tok
+        lengths = [len(tok.token_bytes[t] or b"") for t in range(tok.size)]
+        for k in range(0, leaves.size, 97):  # a spread of them: the whole vocabulary is slow
+            node, token = int(leaves.node[k]), int(leaves.token[k])
+            at = tree.rest - sum(lengths[t] for t in tree.nodes[node].path)
+            data = tok.token_bytes[token] or b""
+            assert got[k] == (data[at] if len(data) > at else -1), (prefix, k)
+
+
+def test_the_leaf_after_the_name_is_an_exact_draw(completer: Completer) -> None:
+    """At temperature 1 the text after prefix + name + ending byte follows the model: the
+    byte after it is drawn as ByteSampler's exact next-byte distribution at prefix + name
+    + byte says (the leaf from the tree at prefix + name, then a token where the leaf ends
+    at the byte; tolerance for 3,000 draws and the mass on token pairs no text encodes to)."""
+    at, byte = PREFIX + b"ual", ord("(")
+    settings = Settings(max_tokens=2, temperature=1.0)
+    rng = np.random.default_rng(5)
+    counts: dict[int, int] = {}
+    draws = 3000
+    for _ in range(draws):
+        done = _leaf_after(completer, at, byte, settings, None, None, None, rng)
+        assert done is not None and done.data[:1] == b"("
+        nxt = done.data[1] if len(done.data) > 1 else 256  # 256: the text ended there
+        counts[nxt] = counts.get(nxt, 0) + 1
+    sampler = ByteSampler(completer.model, completer.engine, track_prefix=False)
+    sampler.reset(at + bytes([byte]))
+    exact = np.exp(sampler.next_bytes().normalized())
+    for b in sorted(range(257), key=lambda b: -exact[b])[:4]:
+        assert abs(counts.get(b, 0) / draws - exact[b]) < 0.03, (b, counts.get(b), exact[b])
+
+
+def test_greedy_leaf_after_the_name_is_the_likeliest_that_agrees(completer: Completer) -> None:
+    """Greedy: the leaf of largest probability among those that put the byte next."""
+    at, byte = PREFIX + b"ual", ord("(")
+    done = _leaf_after(completer, at, byte, Settings(max_tokens=1), None, None, None, None)
+    sampler = completer.sampler
+    sampler.reset(at)
+    leaves = sampler.leaf_set()
+    agree = sampler.leaf_next_bytes(leaves) == byte
+    best = int(np.argmax(np.where(agree, leaves.weights, -np.inf)))
+    data = completer.tok.decode(leaves.sequence(best))[leaves.tree.rest :]
+    assert done is not None and done.data == data and done.tokens == 1
+
+
+def test_would_guide_agrees_with_the_guidance(completer: Completer) -> None:
+    """`would_guide` (the bench's threshold sweep) guides exactly where greedy guidance
+    does: just under and just over the candidates' mass, and with no candidate."""
+    rests = [n.encode()[8:] for n in NAMES if n.startswith("assertEq")]
+    scores = score_continuations(completer.sampler, PREFIX, rests, "identifier")
+    mass = sum(np.exp(s.logprob) for s in scores)
+    for min_mass in (0.0, mass * 0.99, mass * 1.01):
+        guided = complete_guided(completer, PREFIX, NAMES, GREEDY, min_mass=min_mass)
+        assert would_guide(completer, PREFIX, NAMES, min_mass) == guided.guided
+    assert not would_guide(completer, PREFIX, ["assertIn"], 0.0)

@@ -133,7 +133,7 @@ async def test_names_the_model_gives_too_little_probability_are_left_out(
 ) -> None:
     buf = Buffer(session.client, "file:///tmp/guided_mass.py", TEXT)
     guided = await ask_inline(session, buf, NAMES)
-    session.configure({**OPTIONS, "symbolsMinMass": 0.05})  # the default
+    session.configure({**OPTIONS, "symbolsMinMass": 0.05})  # more than the made-up names hold
     try:
         unguided = await buf.inline()
         assert await ask_inline(session, buf, NAMES) == unguided != guided

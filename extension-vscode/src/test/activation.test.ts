@@ -101,7 +101,7 @@ describe('activation with a stubbed vscode API', { skip: !posix && 'fake interpr
       contextBytes: 1024,
       languages: { '*': true, plaintext: false, markdown: false, scminput: false },
       excludeFiles: settingDefaults(readPackageJson()).get('excludeFiles'),
-      symbolsMinMass: 0.05,
+      symbolsMinMass: 0,
     });
     const item = s.vscode.statusItems[0];
     assert.ok(item?.visible);

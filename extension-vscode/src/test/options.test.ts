@@ -46,7 +46,7 @@ const SPEC_DEFAULTS = {
   contextFiles: 'auto',
   contextBytes: 1024,
   languages: { '*': true, plaintext: false, markdown: false, scminput: false },
-  symbolsMinMass: 0.05,
+  symbolsMinMass: 0,
   excludeFiles: [
     '.env',
     '.env.*',
