@@ -12,7 +12,9 @@
 // text; accept it with Tab and check the saved file; accept only the first line
 // of a multi-line suggestion with midword's Accept Next Line (Shift+Tab) and
 // check the file again; check the acceptance log's shown/accepted/partial
-// events; completions guided by the editor's symbols: a second extension
+// events; single-line mode: on a blank line, `midword.maxLines: 1` written to the
+// settings file makes the suggestion one line (the first of the one shown
+// before); completions guided by the editor's symbols: a second extension
 // (e2e/symbol-provider, packaged here with vsce) offers the made-up member
 // `frobnicate_widgets` after `parser.`; typed `parser.frob`, the ghost text does
 // not go on with that name while the provider offers nothing, and does once it
@@ -336,6 +338,48 @@ async function acceptNextLine(page, file, acceptanceLog, before) {
 }
 
 /**
+ * Single-line mode (issue 38): on a blank line after the code, where the server may answer
+ * with several lines, `midword.maxLines: 1` (written to the settings file, as a user
+ * editing settings.json would) makes the same cursor's suggestion one line: the first line
+ * of the suggestion shown before it, when that one had several (greedy: the same text, cut).
+ */
+async function singleLineMode(page, dirs) {
+  await page.keyboard.press('Control+End');
+  await page.keyboard.press('Enter');
+  const before = await waitForGhostText(page, TIMEOUTS.ghost);
+  log(`ghost text on a blank line, no line limit: ${JSON.stringify(before.text)}`);
+  await page.keyboard.press('Escape');
+  // the remote machine's settings: code-server's extension host watches that file
+  const machine = path.join(dirs.userData, 'Machine', 'settings.json');
+  const settings = JSON.parse(await fs.readFile(machine, 'utf8'));
+  await fs.writeFile(machine, JSON.stringify({ ...settings, 'midword.maxLines': 1 }, null, 2)); // kept from here on
+  await waitForOutputLine(dirs, 'the changed setting sent to the server', /Sent changed settings to the server \(.*maxLines/);
+  await page.keyboard.press('Backspace'); // a new request at the same cursor
+  await page.keyboard.press('Enter');
+  const after = await waitForGhostText(page, TIMEOUTS.ghost);
+  check(after.text.trim() !== '' && !after.text.includes('\n'), `one line with midword.maxLines 1: ${JSON.stringify(after.text)}`);
+  const firstLine = before.text.split('\n')[0];
+  if (before.text.includes('\n') && firstLine.trim() !== '') {
+    check(after.text === firstLine, `the one line is the first line shown before: ${JSON.stringify(after.text)}`);
+  }
+  await page.keyboard.press('Escape');
+  log(`ghost text with midword.maxLines 1: ${JSON.stringify(after.text)}`);
+}
+
+/** The midword output channel's log once `pattern` matches it. */
+async function waitForOutputLine(dirs, what, pattern) {
+  return waitFor(
+    what,
+    async () => {
+      const files = await findFiles(path.join(dirs.userData, 'logs'), (name) => name === 'midword.log');
+      const text = files.length === 1 ? await fs.readFile(files[0], 'utf8') : '';
+      return pattern.test(text) ? text : undefined;
+    },
+    { timeoutMs: TIMEOUTS.setting },
+  );
+}
+
+/**
  * Completions guided by the editor's symbols: after `parser.frob` the ghost text does
  * not go on with the made-up name while the stand-in language server offers nothing;
  * once it offers the name, the same cursor gets a suggestion that starts with the
@@ -355,19 +399,23 @@ async function guidedBySymbols(page, file, acceptanceLog, before) {
   await runCommand(page, OFFER_NAMES_COMMAND);
   await focusEditor(page);
   await page.keyboard.press('Control+End'); // the end of the typed line
-  await page.keyboard.press('Backspace');
-  await page.keyboard.type(TYPED_MEMBER.slice(-1)); // a new request at the same cursor
   let last = '';
-  const guided = await waitFor(
-    `ghost text that goes on with ${JSON.stringify(rest)}`,
-    async () => {
-      last = await readGhostText(page);
-      return last.startsWith(rest) ? last : undefined;
-    },
-    { timeoutMs: TIMEOUTS.ghost },
-  ).catch((error) => {
-    throw new Error(`${error.message}; the ghost text was ${JSON.stringify(last)}`);
-  });
+  let guided;
+  // a new request at the same cursor; again if its names missed the extension's 150 ms
+  // budget for the other providers (a busy machine), as the next keystroke would ask
+  for (let attempt = 0; attempt < 4 && guided === undefined; attempt += 1) {
+    await page.keyboard.press('Backspace');
+    await page.keyboard.type(TYPED_MEMBER.slice(-1));
+    guided = await waitFor(
+      `ghost text that goes on with ${JSON.stringify(rest)}`,
+      async () => {
+        last = await readGhostText(page);
+        return last.startsWith(rest) ? last : undefined;
+      },
+      { timeoutMs: TIMEOUTS.ghost / 4 },
+    ).catch(() => undefined);
+  }
+  check(guided !== undefined, `ghost text that goes on with ${JSON.stringify(rest)}; it was ${JSON.stringify(last)}`);
   log(`ghost text after ${JSON.stringify(TYPED_MEMBER)} with ${MADE_UP_NAME} offered: ${JSON.stringify(guided)}`);
   const shown = await waitForLog(acceptanceLog, 'a guided item shown', (all) =>
     all.some((e) => e.event === 'shown' && e.method === 'bytesampler+symbols'),
@@ -495,6 +543,7 @@ async function run(dirs, state) {
   log(`${FILE_NAME} open; status bar ${JSON.stringify(ready.text)} (${JSON.stringify(ready.label)})`);
   const first = await acceptWithTab(page, file, acceptanceLog);
   await acceptNextLine(page, file, acceptanceLog, first.text);
+  await singleLineMode(page, dirs);
   await guidedBySymbols(page, file, acceptanceLog, await fs.readFile(file, 'utf8'));
   await checkOutputChannel(dirs);
   await checkLanguageSwitch(page, dirs, ready);
