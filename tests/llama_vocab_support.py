@@ -208,10 +208,11 @@ def assert_sound_and_covering(
     start with the prefix, and for up to ``n`` such texts (the prefix, completed and
     continued by the probes), the shortest start of the encoding that covers the prefix is
     a sequence of the tree."""
-    from .oracle import canonical_prefixes, probe_strings
+    from .oracle import canonical_prefixes, confirmed_through_leaves, probe_strings
 
     some = rng.sample(sorted(mine), min(n, len(mine)))
     unsound = set(some) - canonical_prefixes(vocab, vocab, some, memo)  # type: ignore[arg-type]
+    unsound -= confirmed_through_leaves(vocab, vocab, unsound, mine, memo)  # type: ignore[arg-type]
     assert not unsound, (vocab.name, prefix, sorted(unsound)[:5])
     whole = vocab.lead + prefix
     texts = probe_strings(whole) or []

@@ -59,6 +59,32 @@ def canonical_prefixes(
     return {seq for seq in seqs if memo[seq]}
 
 
+def confirmed_through_leaves(
+    hf: Tokenizer,
+    tok: BPETokenizer,
+    seqs: set[tuple[int, ...]],
+    tree: set[tuple[int, ...]],
+    memo: dict[tuple[int, ...], bool] | None = None,
+) -> set[tuple[int, ...]]:
+    """The sequences of ``seqs`` that stop inside a character and have a one-token
+    extension in ``tree`` that `canonical_prefixes` confirms (a start of a canonical
+    sequence is one too).
+
+    Such a sequence may start an encoding only when particular text follows the
+    character, which no probe supplies: Qwen's 'caf' '\xc3' starts the encoding of
+    "caf\u00c8\ub2e4" ('caf' '\xc3' '\x88\ub2e4': BPE joins the character's last byte
+    to the next one before its first), and of no text the probes make. The extensions
+    are only candidates; each is confirmed by the real encoder, as any sequence is."""
+    out = set()
+    for seq in seqs:
+        if not _ends_inside_char(tok.decode(seq)):
+            continue
+        longer = sorted(s for s in tree if len(s) == len(seq) + 1 and s[: len(seq)] == seq)
+        if canonical_prefixes(hf, tok, longer, memo):
+            out.add(seq)
+    return out
+
+
 def brute_force_tree(
     hf: Tokenizer,
     tok: BPETokenizer,

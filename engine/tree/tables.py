@@ -169,9 +169,32 @@ class Engine:
             irregular = self._irregular_cached
             if irregular is None or len(irregular) != self.tok.size:
                 irregular = self._irregular(first_key)
-            ids = np.flatnonzero(irregular & self.whole_ok).tolist()
-            self._head_keys = (first_key, reps, self.key_long, irregular, ids)
+            exact, never = self._beyond_head_keys()
+            # (added text is matched before the split: its own tokens are never cut)
+            ids = np.flatnonzero((irregular | exact) & (self.whole_ok | self.is_added) & ~never)
+            irregular = irregular | exact | never
+            self._head_keys = (first_key, reps, self.key_long, irregular, ids.tolist())
         return self._head_keys
+
+    def _beyond_head_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens whose first characters do not tell their verdict: (those checked one by
+        one, those never a leaf). Checked: non-special added text (it ends the pre-token
+        before it: DeepSeek-Coder's added 'ú' after "\t\t" leaves '\t\t' whole) and
+        tokens that start with a character they do not complete (b"\xcc": the character
+        completing it decides where the pre-token ends, and its head is empty). Never:
+        tokens that hold added text without being it ('ús' beside 'ú'), since the encoder
+        cuts every occurrence of added text out of the text before anything else."""
+        exact = self.is_added.copy()
+        never = np.zeros(self.tok.size, dtype=bool)
+        added = sorted((a.encode("utf-8") for a in self.tok.added_text if a), key=len)
+        # one search for all of them (hundreds of added texts, tens of thousands of tokens)
+        holds = regex.compile(b"|".join(regex.escape(a) for a in reversed(added))).search
+        for i, b in enumerate(self.tok.token_bytes):
+            if b is None or exact[i]:
+                continue
+            never[i] = bool(added) and holds(b) is not None
+            exact[i] = not never[i] and complete_head(b) == ""
+        return exact, never
 
     def _first_keys(self) -> tuple[np.ndarray, list[str]]:
         """Group tokens by the classes of their first three characters (regex behaviour)."""

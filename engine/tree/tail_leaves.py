@@ -17,9 +17,11 @@ import itertools
 import numpy as np
 
 from ..tokenize.bpe import BPETokenizer
+from .completions import Completions
 from .config_scan import ConfigScan
 from .leaf_tables import Config, LeafTables
 from .tail_types import NO_WHOLE_WORDS, TailSource, WholeWords, _Node
+from .utf8 import PROBES, complete_head
 
 
 class TailLeavesMixin:
@@ -147,11 +149,7 @@ class TailLeavesMixin:
     def _allow(self, node: _Node, splits: tuple[int, ...], s: int) -> tuple[bool, bool]:
         """May the path be the encoding of the region's pre-tokens before the open attempt
         (A: the attempt ends at the node, B: it goes on into the child)?"""
-        index = node.token_at
-        if index is None:  # a node is asked once per configuration: made once
-            lengths = (len(self.tok.token_bytes[t] or b"") for t in node.path)
-            ends = itertools.accumulate(lengths)
-            index = node.token_at = {0: 0} | {e: i + 1 for i, e in enumerate(ends)}
+        index = self._token_index(node)
         cuts = [0, *(self.byte_offs[c] for c in splits)]
         if any(c not in index for c in cuts):
             return False, False
@@ -162,6 +160,16 @@ class TailLeavesMixin:
         open_toks = node.path[index[s_b] :]
         allow_a = self._is_bpe_of(open_toks, self.region[s_b : node.pos])
         return allow_a, self._valid_run(open_toks)
+
+    def _token_index(self, node: _Node) -> dict[int, int]:
+        """Byte offset of each token boundary along the path -> the index of the token
+        that starts there (made once per node: it is asked per configuration or group)."""
+        index = node.token_at
+        if index is None:
+            lengths = (len(self.tok.token_bytes[t] or b"") for t in node.path)
+            ends = itertools.accumulate(lengths)
+            index = node.token_at = {0: 0} | {e: i + 1 for i, e in enumerate(ends)}
+        return index
 
     def _is_bpe_of(self, toks: tuple[int, ...], word: bytes) -> bool:
         """``tok.encode_word(word) == toks`` for tokens that spell ``word``, without BPE
@@ -255,14 +263,29 @@ class TailLeavesMixin:
                 continue  # a split inside the region that the path does not honour
             if any(node.pos < b < end for b in bounds):
                 continue  # the leaf would cross a split
-            needed = {b for b in inner if b <= node.pos}
-            if not needed <= node.bounds | {0}:
-                continue
+            cuts = sorted({0} | {b for b in inner if b <= node.pos})
             if node.pos == 0 or node.pos in bounds:
-                ok_new = True
+                ok_new = ok_new or self._path_fits(node, cuts, closed=True)
             else:
-                ok_cont = True
+                ok_cont = ok_cont or self._path_fits(node, cuts, closed=False)
         return ok_new, ok_cont
+
+    def _path_fits(self, node: _Node, cuts: list[int], closed: bool) -> bool:
+        """Is the path the encoding of the region up to ``node.pos`` when it splits at
+        ``cuts`` (byte offsets, 0 first, none past the node)? Each pre-token between two
+        cuts must be spelled as its BPE, and the last one (from the last cut to the node)
+        too when it ends at the node (``closed``), else it must start that BPE. Honouring
+        the splits is not enough: a boundary of the path where this split has none must
+        be one BPE keeps (DeepSeek-Coder: '\t' '\t' fits "\t" "\ta" but not the one
+        pre-token "\t\t+", which is '\t\t' '+')."""
+        index = self._token_index(node)
+        if any(c not in index for c in cuts):
+            return False  # a token of the path would cross a split
+        ends = [*cuts, node.pos] if closed and cuts[-1] < node.pos else cuts
+        for a, b in itertools.pairwise(ends):
+            if not self._is_bpe_of(node.path[index[a] : index[b]], self.region[a:b]):
+                return False
+        return closed or self._valid_run(node.path[index[cuts[-1]] :])
 
     def _head_key_leaves(self, node: _Node, only: int | None = None) -> list[int]:
         """The head-key shortcut (not exact): tokens grouped by the classes of their first
@@ -280,9 +303,102 @@ class TailLeavesMixin:
         if node.last is not None:
             mask |= ok_cont[keys] & engine.validity.successors(node.last)
         mask &= (keys >= 0) & engine.whole_ok & ~irregular
-        exact_cands = irregular_ids + engine.added_ids
+        exact_cands = irregular_ids  # (added tokens among them)
         if only is not None:
             exact_cands = [only] if only in exact_cands else []
-            return [only] if mask[only] or self._exact_leaves(node, exact_cands, 0) else []
+        exact_cands, seen = self._worth_encoding(node, exact_cands)
+        if only is not None:
+            found = mask[only] or only in seen or self._exact_leaves(node, exact_cands, 0)
+            return [only] if found else []
         exact = self._exact_leaves(node, exact_cands, 0)
-        return sorted(np.flatnonzero(mask).tolist() + exact)
+        return sorted(np.flatnonzero(mask).tolist() + exact + seen)
+
+    def _worth_encoding(self, node: _Node, cands: list[int]) -> tuple[list[int], list[int]]:
+        """(``cands`` left to the exact check, those already seen to be leaves).
+
+        The exact check encodes, for a token that fails, every witness completion with
+        every probe, and there are hundreds of these candidates at a node, most of which
+        never fit after it; a necessary condition refuses those first. Added text ends the
+        pre-token before it, so the path must encode the region up to the node as a text
+        of its own (`_encodes_alone`). A token that starts with a character it does not
+        complete (b"\xcc"): the split sees the whole character, one completion per
+        class standing for all, and BPE the rest of it (`_open_char_witness`); the
+        encodings of one likely witness usually settle those that fit (`_encodes_to`)."""
+        engine, tok = self.engine, self.tok
+        by_class: dict[int, tuple[bool, bool]] = {}
+        alone: bool | None = None
+        check, seen = [], []
+        for t in cands:
+            word = tok.token_bytes[t] or b""
+            if engine.is_added[t]:
+                alone = self._encodes_alone(node) if alone is None else alone
+                if alone:
+                    check.append(t)
+            elif not word or complete_head(word) != "":
+                check.append(t)  # (its head is known: checked by encoding as it is)
+            else:
+                witness = self._open_char_witness(node, t, by_class)
+                if witness is not None and self._encodes_to(node.path + (t,), witness):
+                    seen.append(t)
+                elif witness is not None:
+                    check.append(t)
+        return check, seen
+
+    def _open_char_witness(
+        self, node: _Node, t: int, by_class: dict[int, tuple[bool, bool]]
+    ) -> str | None:
+        """The first completion ``c`` of the character that ``t`` starts and does not
+        complete for which ``t`` may follow the node (a necessary condition; None when
+        there is none, and ``t`` is no leaf there). The split sees ``c`` only through its
+        class (`_leaf_verdicts` of one per class, kept in ``by_class``); BPE, by the
+        pairwise theorem, needs ``t`` valid before the first token of the rest of ``c``
+        (with a probe's ending where they merge), as `Engine.witness_chars` picks the
+        exact check's witnesses; added text is cut out whole."""
+        engine = self.engine
+        info = engine.completions(self.tok.token_bytes[t])
+        group, first = engine.class_groups(info)
+        succ = engine.validity.successors(node.last) if node.last is not None else None
+        fits = np.zeros(len(first), dtype=bool)
+        for g, i in enumerate(first.tolist()):
+            key = engine.char_class(info.text[i])
+            if key not in by_class:
+                c = info.text[i]
+                by_class[key] = self._leaf_verdicts(node, c, len(c.encode("utf-8")))
+            new, cont = by_class[key]
+            # (as `_exact_leaves` asks first: a pre-token's first token is reachable, a
+            # later one a valid successor)
+            fits[g] = (new and engine.starts_ok[t]) or bool(cont and succ is not None and succ[t])
+        if not fits.any():
+            return None
+        before = engine.validity.successors(t)
+        columns = [info.first] + [info.firsts(k) for k in sorted(info.cross)]
+        kept = np.logical_or.reduce([before[col] for col in columns]) | ~info.safe
+        where = np.flatnonzero(fits[group] & kept & ~self._added_chars(info))
+        return info.text[int(where[0])] if len(where) else None
+
+    def _encodes_to(self, seq: tuple[int, ...], c: str) -> bool:
+        """Does the region's text, ``c`` and some probe encode to tokens that start with
+        ``seq``? (The exact check's question, asked of one witness.)"""
+        n = len(seq)
+        return any(tuple(self.tok.encode(self.text + c + y)[:n]) == seq for y in PROBES)
+
+    def _added_chars(self, info: Completions) -> np.ndarray:
+        """Completions that are added text themselves: the encoder cuts such a character
+        out whole, so no token ends inside it (DeepSeek-Coder's added 'é', 'ú', ...)."""
+        got = info.derived.get("added_chars")
+        if got is None:
+            added = self.tok.added_text
+            got = np.array([c in added for c in info.text], dtype=bool)
+            info.derived["added_chars"] = got
+        return got  # type: ignore[return-value]
+
+    def _encodes_alone(self, node: _Node) -> bool:
+        """Is the path the encoding of the region up to the node as a whole text (as
+        it is before added text)? True where that is not known from the split alone:
+        added text inside the region, a normalizer, a node inside a character."""
+        k = self.char_at.get(node.pos)
+        if k is None or self.tok.normalize is not None or self._has_added(self.text):
+            return True
+        ends = [e for _, e in self.tok.pretokenizer.spans(self.text[:k])]
+        cuts = sorted({0} | {self.byte_offs[e] for e in ends if e < k})
+        return self._path_fits(node, cuts, closed=True)

@@ -153,42 +153,35 @@ def cut_prefixes(name: str, share: float = 1.0) -> list[bytes]:
     return sorted(set(kept) | set(EDGES))
 
 
-# DeepSeek-Coder's encodings are llama.cpp's, but its trees after whitespace runs are not
-# yet (b"\t\t": midword holds '\t' '\t' then tokens llama.cpp never puts there): a known
-# gap, reported in docs/gguf.md, not claimed exact
-TREES_NOT_YET = ("deepseek-coder",)
-
-
-# Known unsound trees (docs/known-gaps.md): under NFC the tree of a word followed by a
-# character's lead byte holds a sequence no text encodes to (Qwen2: 'caf' '\xc3'); checked
-# on its own below, so the sweep stays a check of everything else
-KNOWN_UNSOUND = {"qwen2": [b"caf\xc3"]}
-
-
-@pytest.mark.parametrize("name", [n for n in EXACT if n not in TREES_NOT_YET])
+@pytest.mark.parametrize("name", EXACT)
 def test_trees_against_llama_cpp(name: str, loaded) -> None:  # noqa: ANN001
     """Covering trees equal the brute force over llama.cpp's tokenizer
     (tests/llama_vocab_support.py)."""
     eng, vocab = loaded(name)
     # Half the cuts of each file (a brute force costs seconds a prefix): each file has its
     # own half, and the 21 edges always go in.
-    known = KNOWN_UNSOUND.get(name, [])
-    prefixes = [p for p in cut_prefixes(name, share=0.5) if p not in known]
+    prefixes = cut_prefixes(name, share=0.5)
     assert_trees_match_llama(eng, vocab, prefixes, seed=len(name), n_sample=25)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: an NFC tree after a word and a lead byte")
 def test_a_word_and_a_lead_byte_under_nfc(loaded) -> None:  # noqa: ANN001
-    """Every sequence of Qwen2's tree at 'caf\xc3' starts the encoding of some text (fails
-    today: ('caf', '\xc3') is in it, and no text's encoding starts so)."""
-    from ..oracle import canonical_prefixes, tree_sequences
+    """Every sequence of Qwen2's tree at 'caf\xc3', every leaf included, starts the
+    encoding of some text. ('caf', '\xc3') does only when particular text follows the
+    character ("cafÈ다" encodes as 'caf' '\xc3' '\x88다'), which no probe supplies: it is
+    confirmed through its leaves, each confirmed by llama.cpp."""
+    from ..oracle import canonical_prefixes, confirmed_through_leaves, tree_sequences
 
     eng, vocab = loaded("qwen2")
-    for prefix in KNOWN_UNSOUND["qwen2"]:
-        tree = build_tree(eng, prefix)
-        trunk = tuple(int(t) for t in tree.trunk)
-        every = sorted(trunk + s for s in tree_sequences(tree, []))
-        assert set(every) == canonical_prefixes(vocab, vocab, every, {})  # type: ignore[arg-type]
+    tree = build_tree(eng, b"caf\xc3")
+    trunk = tuple(int(t) for t in tree.trunk)
+    ends = [int(t) for n in tree.nodes if n.ends_at_prefix_end for t in n.leaves]
+    every = {trunk + s for s in tree_sequences(tree, ends)}
+    memo: dict[tuple[int, ...], bool] = {}
+    bad = every - canonical_prefixes(vocab, vocab, sorted(every), memo)  # type: ignore[arg-type]
+    word_and_lead = (vocab.token_bytes.index(b"caf"), vocab.token_bytes.index(b"\xc3"))
+    assert bad == {word_and_lead}  # (the probes miss it)
+    assert bad == confirmed_through_leaves(vocab, vocab, bad, every, memo)  # type: ignore[arg-type]
+    assert tuple(vocab.tokenize("caf\u00c8\ub2e4")[:2]) == word_and_lead
 
 
 # ------------------------------------------------------------------ the rules, without llama.cpp
