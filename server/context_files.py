@@ -5,7 +5,10 @@ the prompt, it can copy it. Snippets come from the other open documents of the
 same language, the most recently edited or opened first (up to `MAX_FILES`),
 each the lines around its latest edit (its top when never edited), within a byte
 budget. They are written as line comments in the language's own syntax, each
-file under a ``Path:`` line, so the prompt stays valid code in that language.
+file under a ``Path:`` line, so the prompt stays valid code in that language. That
+form was kept by measurement (issue 38; ``midword bench prompt``, docs/benchmarks.md):
+the block lowers the bits per character of what follows, and neither the other
+`STYLES` (the lines uncommented, another header) did measurably better.
 
 The block sits at the very start of the prompt, and it is kept while the user
 types in one place: it is chosen again only when the buffer's window is rebuilt
@@ -26,6 +29,10 @@ chooses every block again.
 #
 #     return argv
 <BLANKLINE>
+>>> print(format_snippet("utils.py", ["def parse_args(argv):"], "#", "code"))
+# Path: utils.py
+def parse_args(argv):
+<BLANKLINE>
 """
 
 from __future__ import annotations
@@ -39,9 +46,13 @@ from .document import Document
 from .positions import utf8_len
 from .where import excluded_by
 
-__all__ = ["ContextFiles", "comment_prefix", "format_snippet"]
+__all__ = ["STYLES", "ContextFiles", "comment_prefix", "format_snippet"]
 
 MAX_FILES = 4  # other files quoted at most
+# How a snippet is written, under a header line: "comment", each line commented, under
+# "Path: <path>" (the server's); "compare", the same under "Compare this snippet from
+# <path>:"; "code", the lines as they are, under the "Path:" header.
+STYLES = ("comment", "compare", "code")
 MIN_SNIPPET_BYTES = 128  # a file whose share of the budget is smaller is left out
 
 _LINE_COMMENTS: dict[str, tuple[str, ...]] = {
@@ -66,10 +77,15 @@ def comment_prefix(language_id: str) -> str | None:
     return _COMMENT_OF.get(language_id.lower())
 
 
-def format_snippet(path: str, lines: Sequence[str], mark: str) -> str:
-    """``lines`` (without endings) as line comments under a ``Path:`` line."""
-    body = [f"{mark} {line}" if line.strip() else mark for line in lines]
-    return "\n".join([f"{mark} Path: {path}", *body]) + "\n"
+def format_snippet(path: str, lines: Sequence[str], mark: str, style: str = "comment") -> str:
+    """``lines`` (without endings) under a header line naming ``path``, as line comments
+    (``style`` "comment" or "compare") or as they are ("code"); see `STYLES`."""
+    if style == "code":
+        body = list(lines)
+    else:
+        body = [f"{mark} {line}" if line.strip() else mark for line in lines]
+    head = f"Compare this snippet from {path}:" if style == "compare" else f"Path: {path}"
+    return "\n".join([f"{mark} {head}", *body]) + "\n"
 
 
 @dataclass(frozen=True)
@@ -82,9 +98,13 @@ class _Frozen:
 
 
 class ContextFiles:
-    """Chooses each buffer's block of other files' snippets, and keeps it while it may."""
+    """Chooses each buffer's block of other files' snippets, and keeps it while it may;
+    ``style`` is how each is written (one of `STYLES`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, style: str = "comment") -> None:
+        if style not in STYLES:
+            raise ValueError(f"unknown snippet style {style!r} (one of {', '.join(STYLES)})")
+        self.style = style
         self._clock = 0
         self._touched: dict[str, int] = {}  # uri -> clock of its latest open or edit
         self._last_close = 0  # clock of the latest close
@@ -157,10 +177,11 @@ class ContextFiles:
             if share < MIN_SNIPPET_BYTES:
                 continue
             path = _relative_path(other.uri, doc.uri)
-            header = utf8_len(format_snippet(path, [], mark))
-            lines = _lines_around(other, share - header, len(mark) + 1)
+            header = utf8_len(format_snippet(path, [], mark, self.style))
+            per_line = 0 if self.style == "code" else len(mark) + 1
+            lines = _lines_around(other, share - header, per_line)
             if lines:
-                part = format_snippet(path, lines, mark)
+                part = format_snippet(path, lines, mark, self.style)
                 parts.append(part)
                 left -= utf8_len(part)
         return "".join(parts)

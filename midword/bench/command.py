@@ -16,6 +16,8 @@
                             next-identifier match and names that do not exist, of
                             naive, token healing, ByteSampler and ByteSampler guided
                             by jedi's completions (issue 39)
+  midword bench prompt      prompt choices, arm against arm at the same cuts: the
+                            other files' block and where the window starts (issue 38)
 
 Each takes --model (a Hugging Face directory; default: the shipped model),
 --device, --dtype, --limit, --seed and --out DIR, shows a progress bar on stderr,
@@ -51,6 +53,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "simulated acceptance of suggestion-length policies; tunes minConfidence auto",
     ),
     "symbols": ("midword.bench.symbols", "next identifier guided by jedi's names (issue 39)"),
+    "prompt": (
+        "midword.bench.prompt",
+        "prompt choices: the other files' block, where the window starts (issue 38)",
+    ),
 }
 
 
