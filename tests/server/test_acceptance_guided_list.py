@@ -14,23 +14,15 @@ import pytest_lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from ..lsp_support import SERVER_COMMAND, Buffer, Session, send_json, start
+from .test_server_guided import NAMES as GUIDED_NAMES
+from .test_server_guided import OPTIONS as GUIDED_OPTIONS
+from .test_server_guided import TEXT
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "default"
-OPTIONS = {
-    "model": str(MODEL),
-    "dtype": "float64",
-    "device": "cpu",
-    "fim": "off",
-    "contextFiles": "off",
-    "temperature": 0,
-    "maxTokens": 6,
-    "debounceMs": 0,
-    "symbolsMinMass": 0,  # made-up names hold little probability: guide whatever they hold
-}
-TEXT = "import os\n\n\nclass Store:\n    def load(self, obj):\n        return obj.zq"
-NAMES = ["zqxMember", "zqyOther"]  # made up: the model never saw them
+OPTIONS = {**GUIDED_OPTIONS, "model": str(MODEL)}  # the guided tests' options and buffer
+NAMES = GUIDED_NAMES[:2]  # the two that extend "zq"
 LOG = Path(tempfile.mkdtemp(prefix="midword-guided-list-")) / "acceptance.jsonl"
 CONFIG = ClientServerConfig(
     server_command=SERVER_COMMAND,
