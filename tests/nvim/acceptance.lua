@@ -13,39 +13,10 @@ local root = vim.env.MIDWORD_ROOT or vim.loop.cwd()
 local python = vim.env.MIDWORD_PYTHON or "python3"
 local log_path = assert(vim.env.MIDWORD_ACCEPTANCE_LOG, "MIDWORD_ACCEPTANCE_LOG is not set")
 package.path = root .. "/tests/nvim/?.lua;" .. package.path
+local support = require("script_support")
+local ms, keys, wait_for = support.ms, support.keys, support.wait_for
 local v = vim.version()
 local out = { nvim = v.major .. "." .. v.minor .. "." .. v.patch, done = {} }
-local started = vim.loop.hrtime()
-local function ms()
-  return (vim.loop.hrtime() - started) / 1e6
-end
-
-local function finish(code)
-  io.stdout:write(vim.fn.json_encode(out) .. "\n")
-  io.stdout:flush()
-  vim.cmd(code == 0 and "qall!" or "cquit! " .. code)
-end
-
--- Typed keys are read by the main loop, which vim.wait does not run: the script is a
--- coroutine that yields to it while it waits for what the keys do.
-local co
-local function wait_for(limit_ms, cond)
-  local deadline = ms() + limit_ms
-  local function poll()
-    if cond() or ms() > deadline then
-      assert(coroutine.resume(co))
-    else
-      vim.defer_fn(poll, 20)
-    end
-  end
-  vim.defer_fn(poll, 20)
-  coroutine.yield()
-  return cond()
-end
-
-local function keys(text)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(text, true, false, true), "t", false)
-end
 
 local function log_has(event)
   local f = io.open(log_path, "r")
@@ -112,11 +83,4 @@ local function main()
   end)
 end
 
-co = coroutine.create(function()
-  local ok, err = pcall(main)
-  if not ok then
-    out.error = tostring(err)
-  end
-  finish(ok and 0 or 3)
-end)
-assert(coroutine.resume(co))
+support.run(out, main)
