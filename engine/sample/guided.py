@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -324,19 +324,21 @@ def _go_on(
 ) -> Completion:
     """The completion of ``prefix + head`` (none when the text ``ended`` there), with
     ``head`` in front of its text."""
-    text = head.decode("utf-8", "replace")
-    joined = _Joined(text, settings.stop, cut)
-    if joined("") is not None:  # the name (and its ending byte) already stops it
-        return _cut(text, 0, joined, 0.0)
+    stopped = _stopped_by(head, settings, cut)
+    if stopped is not None:
+        return stopped
     if ended:
-        return Completion(text, head, None, 0, 0.0, "eos")
-    plain = dataclasses.replace(settings, stop=())  # the joined cut applies them
-    rest = completer.complete(
-        prefix + head, plain, should_stop=should_stop, cut=joined, deadline=deadline
+        return Completion(head.decode("utf-8", "replace"), head, None, 0, 0.0, "eos")
+    done = _after_head(
+        head,
+        settings,
+        cut,
+        lambda plain, joined: completer.complete(
+            prefix + head, plain, should_stop=should_stop, cut=joined, deadline=deadline
+        ),
     )
-    if joined.end is not None:
-        return _cut(text + rest.text, rest.tokens, joined, rest.seconds)
-    return dataclasses.replace(rest, text=text + rest.text, data=head + rest.data)
+    assert done is not None  # complete() always answers
+    return done
 
 
 def _go_on_ended(
@@ -352,22 +354,46 @@ def _go_on_ended(
     """`_go_on` for a name and the byte that ends it (``head``), from the covering tree at
     prefix + name, which the search scored for the chosen name (`_leaf_after`); None where
     no leaf of that tree starts with the byte under the transform (then `_go_on`)."""
+    stopped = _stopped_by(head, settings, cut)
+    if stopped is not None:
+        return stopped
+    name = head[:-1]
+    return _after_head(
+        name,
+        settings,
+        cut,
+        lambda plain, joined: _leaf_after(
+            completer, prefix + name, head[-1], plain, joined, should_stop, deadline, rng
+        ),
+    )
+
+
+def _stopped_by(head: bytes, settings: Settings, cut: Cut | None) -> Completion | None:
+    """``head`` cut, when a stop string or the caller's cut ends the text inside it."""
     text = head.decode("utf-8", "replace")
     joined = _Joined(text, settings.stop, cut)
-    if joined("") is not None:  # the name (and its ending byte) already stops it
-        return _cut(text, 0, joined, 0.0)
-    name = head[:-1]
-    name_text = name.decode("utf-8", "replace")
-    joined = _Joined(name_text, settings.stop, cut)
-    plain = dataclasses.replace(settings, stop=())  # the joined cut applies them
-    rest = _leaf_after(
-        completer, prefix + name, head[-1], plain, joined, should_stop, deadline, rng
-    )
+    if joined("") is None:
+        return None
+    return _cut(text, 0, joined, 0.0)
+
+
+def _after_head(
+    head: bytes,
+    settings: Settings,
+    cut: Cut | None,
+    rest_of: Callable[[Settings, _Joined], Completion | None],
+) -> Completion | None:
+    """``head`` followed by ``rest_of(settings without stop strings, joined cut)``: the
+    stop strings and the caller's cut apply across the join (None when ``rest_of`` gives
+    none)."""
+    text = head.decode("utf-8", "replace")
+    joined = _Joined(text, settings.stop, cut)
+    rest = rest_of(dataclasses.replace(settings, stop=()), joined)
     if rest is None:
         return None
     if joined.end is not None:
-        return _cut(name_text + rest.text, rest.tokens, joined, rest.seconds)
-    return dataclasses.replace(rest, text=name_text + rest.text, data=name + rest.data)
+        return _cut(text + rest.text, rest.tokens, joined, rest.seconds)
+    return dataclasses.replace(rest, text=text + rest.text, data=head + rest.data)
 
 
 def _leaf_after(
