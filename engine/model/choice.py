@@ -98,19 +98,23 @@ def load_scoring_model(
     device: str = "auto",
     dtype: str = "auto",
     progress: Progress | None = None,
+    context_tokens: int | None = None,
 ) -> LoadedModel:
     """Load model ``name`` on the backend `choose_backend` picks. On llama.cpp the GGUF
     file is used as it is (the tokenizer rebuilt from its metadata, no weights copied);
     on torch a GGUF file is converted once into a cached float32 folder first.
 
     ``device`` and ``dtype`` apply to torch only: llama.cpp computes in the file's own
-    types, on the CPU with the build `make install` makes.
+    types, on the CPU with the build `make install` makes. ``context_tokens`` applies to
+    llama.cpp only: at most this many KV cells in each of its contexts (they are allocated
+    up front; default 4,096), and never more than the model's training context.
     """
     choice = choose_backend(name, backend)
     if choice.backend == "llamacpp":
         from .llamacpp import load_llamacpp_model
 
-        model = load_llamacpp_model(name, n_threads=cpu_threads())
+        cap = {"max_ctx": context_tokens} if context_tokens else {}
+        model = load_llamacpp_model(name, n_threads=cpu_threads(), **cap)
         return LoadedModel(model, str(name), choice)
     from .hf_loading import load_hf_model
 

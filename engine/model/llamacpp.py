@@ -44,8 +44,13 @@ INSTALL_HINT = (
     "(compiled from source; see `make install`)"
 )
 DEFAULT_N_CTX = 4096  # cap on the context taken from the model's training length
-N_SEQ_MAX = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids a context may use
-N_UBATCH = 128  # physical batch: its logits buffer is n_ubatch x vocabulary (128: 74 MiB at 151k)
+# sequence ids a context may use (llama.cpp allows 256): a tree takes one per branch, and
+# a wider one is scored a group of branches at a time. llama.cpp keeps a logits row per
+# sequence id however few are used: 256 rows of a 151,936-token vocabulary are 148 MiB, 32
+# are 18.5 MiB (covering trees of code have at most a handful of branches: 1 to 6 nodes
+# over 400 cuts of a Python file, SmolLM2's and Qwen2's tokenizers)
+N_SEQ_MAX = 32
+N_UBATCH = 128  # physical batch (llama.cpp's compute buffer holds its activations)
 # ggml types of the KV cache: K in BF16, V in F16 (llama.cpp's default is F16 for both).
 # Flash attention's vector kernel gives a query row the same values in any batch; its
 # tiled kernel (64 query rows or more) and split-KV kernel (a lone query row over 512
@@ -148,7 +153,9 @@ class LlamaContext:
         # at least a cell per sequence id: llama.cpp raises a smaller n_ctx to n_seq_max
         # itself, and a batch size left below it fails an assertion that aborts the process
         # (and one more for the scratch row that keeps a decode from holding a lone row)
-        cells = max(self.params.n_ctx + 1, self.params.n_seq_max)
+        # (+ 1 for a float file's scratch row; llama.cpp rounds the cells up to 256, so
+        # that cell would cost 255 more at 4,096)
+        cells = max(self.params.n_ctx + int(model.float_matrices), self.params.n_seq_max)
         cparams.n_ctx = cells
         self.rows_per_decode = max(1, min(self.params.n_ubatch, cells) - 1)
         cparams.n_ubatch = self.rows_per_decode + 1  # + the scratch row
@@ -439,12 +446,16 @@ class LlamaCppModel:
 
 
 def load_llamacpp_model(
-    path: str | Path, n_ctx: int | None = None, n_threads: int | None = None
+    path: str | Path,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    max_ctx: int = DEFAULT_N_CTX,
 ) -> LlamaCppModel:
     """Load a GGUF file with llama.cpp (CPU); every failure is a one-line BackendError.
 
     n_ctx: KV cells of each context (default: the model's training context, at most
-    `DEFAULT_N_CTX`); n_threads: default ``os.cpu_count()``.
+    ``max_ctx``; the cells are allocated up front: 4,096 of them take 112 MiB at
+    Qwen2.5-Coder-1.5B's shape); n_threads: default ``os.cpu_count()``.
 
     Example:
         >>> try:
@@ -464,7 +475,7 @@ def load_llamacpp_model(
         why = _take_error() or "not a GGUF model file it supports"
         raise BackendError(f"llama.cpp could not load {path}: {why}")
     train = int(ll.llama_model_n_ctx_train(handle))
-    ctx_len = int(n_ctx) if n_ctx else min(train if train > 0 else DEFAULT_N_CTX, DEFAULT_N_CTX)
+    ctx_len = int(n_ctx) if n_ctx else min(train if train > 0 else max_ctx, max_ctx)
     threads = int(n_threads) if n_threads else (os.cpu_count() or 1)
     if ctx_len < 1 or threads < 1:
         ll.llama_model_free(handle)

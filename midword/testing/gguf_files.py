@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["write_bytelevel_tokenizer", "write_qwen2_gguf"]
+__all__ = ["FILE_TYPES", "write_bytelevel_tokenizer", "write_qwen2_gguf"]
 
 NORMAL, UNUSED, CONTROL, USER_DEFINED = 1, 5, 3, 4  # llama.cpp's token types
 _LAYER = {  # GGUF tensor -> (rows, columns) as functions of the shape; None: a vector
@@ -38,6 +38,10 @@ _LAYER = {  # GGUF tensor -> (rows, columns) as functions of the shape; None: a 
     "ffn_up": ("inter", "hidden"),
     "ffn_down": ("hidden", "inter"),
 }
+
+
+# the matrices' type -> llama.cpp's LlamaFileType number (general.file_type)
+FILE_TYPES = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}
 
 
 def write_qwen2_gguf(
@@ -55,6 +59,9 @@ def write_qwen2_gguf(
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "qwen2")
     _write_hparams(w, shape)
+    # general.file_type, as the converter writes it: llama.cpp's backend reads it (a file
+    # of float matrices takes other kernels for a lone row)
+    w.add_file_type(FILE_TYPES[qtype])
     spec = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))
     bos, eos = shape["bos_token_id"], shape["eos_token_id"]
     write_bytelevel_tokenizer(w, spec, pre, shape["vocab_size"], bos, eos)

@@ -21,7 +21,7 @@ from midword.engine.gguf import convert as mg
 from midword.engine.model.files import is_gguf_file, prepare_model, storage_dtype
 from tokenizers import Tokenizer
 
-from midword.testing.gguf_files import write_bytelevel_tokenizer
+from midword.testing.gguf_files import FILE_TYPES, write_bytelevel_tokenizer
 
 from ..gguf_support import norms_away_from_one, write_shape
 
@@ -113,6 +113,7 @@ def write_model_gguf(
     arch = cfg.model_type
     w = gguf.GGUFWriter(str(path), arch)
     write_shape(w, cfg)
+    w.add_file_type(FILE_TYPES[qtype])
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_dimension_count(cfg.head_dim)
