@@ -263,7 +263,9 @@ def _table(report: dict[str, Any]) -> str:
     if report["skipped"]:
         lines[0] += f", {report['skipped']} unreadable lines skipped"
     if not report["events"]:
-        lines.append("no events yet: completions shown in VS Code or Neovim (midword.lua) are counted here")
+        lines.append(
+            "no events yet: completions shown in VS Code or Neovim (midword.lua) are counted here"
+        )
         return "\n".join(lines)
     keys = [checkpoint_key(c) for c in report["checkpoints"]]
     header = f"  {'':<14}{'shown':>7}{'accepted':>10}{'partly':>8}{'rate':>8}{'any':>8}"
