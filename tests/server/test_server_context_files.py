@@ -11,8 +11,11 @@ learned to copy; without it (``contextFiles: off``) no model could know the name
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import random
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -113,7 +116,38 @@ def train_copying_model(folder: Path, steps: int = TRAIN_STEPS) -> Path:
 
 @pytest.fixture(scope="module")
 def copying_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_copying_model(tmp_path_factory.mktemp("copying-model"))
+    """The trained model, kept in midword's cache folder under a key of everything the
+    training depends on (this module, the tiny models' module, the shipped tokenizer,
+    torch's and transformers' versions): the training is seeded, so a kept copy is the
+    model this run would train (training takes about 100 s)."""
+    import torch
+    import transformers
+    from midword.engine import cache_root
+
+    from midword.testing import tiny_models
+
+    key = hashlib.sha256(
+        "\0".join(
+            [
+                Path(__file__).read_text(),
+                Path(tiny_models.__file__).read_text(),
+                (SHIPPED / "tokenizer.json").read_text(),
+                torch.__version__,
+                transformers.__version__,
+            ]
+        ).encode()
+    ).hexdigest()[:16]
+    kept = cache_root() / "test-models" / f"copying-{key}"
+    if (kept / "config.json").is_file():
+        return kept
+    trained = train_copying_model(tmp_path_factory.mktemp("copying-model"))
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(dir=kept.parent))
+    shutil.copytree(trained, partial, dirs_exist_ok=True)
+    with contextlib.suppress(OSError):  # another worker kept it first: theirs is the same
+        partial.rename(kept)
+    shutil.rmtree(partial, ignore_errors=True)
+    return kept
 
 
 @pytest_lsp.fixture(config=CONFIG, scope="module")
