@@ -305,7 +305,11 @@ class PlainLlama:
     def __init__(self, path: str, threads: int, n_ctx: int = 4096) -> None:
         from llama_cpp import Llama
 
-        self.llm = Llama(path, n_ctx=n_ctx, n_threads=threads, n_batch=512, verbose=False)
+        # flash attention on: llama-server (llama.vscode's server) leaves it on "auto", which
+        # turns it on for the CPU; llama-cpp-python's Llama turns it off unless asked
+        self.llm = Llama(
+            path, n_ctx=n_ctx, n_threads=threads, n_batch=512, flash_attn=True, verbose=False
+        )
 
     def ids(self, prompt: str) -> list[int]:
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
