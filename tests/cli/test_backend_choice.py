@@ -59,3 +59,21 @@ def test_the_command_line_says_it_in_one_line() -> None:
     )
     assert run.returncode == 2, run.stderr
     assert "runs GGUF files" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_context_cells_follow_the_request_and_the_training_length(gguf: Path) -> None:
+    """llama.cpp allocates a context's KV cells up front: the server asks for what its
+    window needs (2,048 at 4 KB), never more than the model was trained for."""
+    pytest.importorskip("llama_cpp")
+    from midword.engine import load_scoring_model
+    from midword.server.loading import context_tokens
+
+    trained = TINY_SHIPPED["max_position_embeddings"]
+    asked = context_tokens(4096)
+    loaded = load_scoring_model(str(gguf), backend="llamacpp", context_tokens=asked)
+    assert asked == 2048 and loaded.model.context_length == min(asked, trained)
+    assert loaded.model.new_context().ctx  # a context of that size is made
+    short = load_scoring_model(str(gguf), backend="llamacpp", context_tokens=trained * 4)
+    assert short.model.context_length == trained
+    default = load_scoring_model(str(gguf), backend="llamacpp")
+    assert default.model.context_length == min(4096, trained)
