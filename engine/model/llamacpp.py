@@ -151,10 +151,9 @@ class LlamaContext:
         self.ll, self.model, self.params = ll, model, model.params
         cparams = ll.llama_context_default_params()
         # at least a cell per sequence id: llama.cpp raises a smaller n_ctx to n_seq_max
-        # itself, and a batch size left below it fails an assertion that aborts the process
-        # (and one more for the scratch row that keeps a decode from holding a lone row)
-        # (+ 1 for a float file's scratch row; llama.cpp rounds the cells up to 256, so
-        # that cell would cost 255 more at 4,096)
+        # itself, and a batch size left below it fails an assertion that aborts the process;
+        # one more for a float file's scratch row (`decode`), and only for one: llama.cpp
+        # rounds the cells up to 256, so that cell costs 255 more at 4,096
         cells = max(self.params.n_ctx + int(model.float_matrices), self.params.n_seq_max)
         cparams.n_ctx = cells
         self.rows_per_decode = max(1, min(self.params.n_ubatch, cells) - 1)
