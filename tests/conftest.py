@@ -4,6 +4,7 @@ the benchmarks: tokenizer fixtures, tiny models, the completeness harness)."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Generator
 
 import pytest
@@ -44,6 +45,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # tail); each file stays in one piece, so its module fixtures are built once
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Each process writes the brute-force oracle's new verdicts to its on-disk store."""
+    oracle = sys.modules.get("tests.oracle")
+    if oracle is not None:
+        oracle.save_kept_verdicts()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -18,6 +18,7 @@ token sequences start the encoding of a text whose *bytes* start with the prefix
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import unicodedata
 from collections.abc import Callable
@@ -110,6 +111,14 @@ class LlamaVocab:
         self.token_bytes = [self._piece(i) for i in range(self.size)]
         self.lead = self._lead()
 
+    def oracle_identity(self) -> str:
+        """What decides this encoder's output, for tests/oracle.py's kept verdicts: the file,
+        llama.cpp's release and the model's own steps (this module's code)."""
+        import llama_cpp
+
+        digest = hashlib.sha256(vocab_file(self.name).read_bytes()).hexdigest()
+        return f"llama.cpp {llama_cpp.__version__} {digest}\0{Path(__file__).read_text()}"
+
     def _piece(self, token: int) -> bytes | None:
         """The token's text bytes: those of NORMAL, USER_DEFINED and BYTE tokens, even where
         llama.cpp also flags them CONTROL (Qwen2's NORMAL '</s>', which merges still form);
@@ -179,10 +188,16 @@ def assert_trees_match_llama(
 
     from midword.engine import build_tree
 
-    from .oracle import _ends_inside_char, brute_force_tree, sample_ids, tree_sequences
+    from .oracle import (
+        _ends_inside_char,
+        brute_force_tree,
+        kept_verdicts,
+        sample_ids,
+        tree_sequences,
+    )
 
     rng = random.Random(seed)
-    memo: dict[tuple[int, ...], bool] = {}
+    memo = kept_verdicts(vocab, vocab)  # type: ignore[arg-type]
     for prefix in prefixes:
         tree = build_tree(eng, prefix)
         ends = [n for n in tree.nodes if n.ends_at_prefix_end]

@@ -10,7 +10,7 @@ import numpy as np
 from midword.engine.tokenize.tokenizer import BPETokenizer
 from tokenizers import Tokenizer
 
-from .oracle import brute_force_tree
+from .oracle import brute_force_tree, kept_verdicts
 
 NEG_INF = float("-inf")
 
@@ -30,7 +30,8 @@ class LMOracle:
     def __init__(self, model, hf: Tokenizer, tok: BPETokenizer, start_id: int) -> None:
         self.model, self.hf, self.tok, self.start = model, hf, tok, start_id
         self._rows: dict[tuple[int, ...], np.ndarray] = {}
-        self._canonical: dict[tuple[int, ...], bool] = {}  # verdicts kept across prefixes
+        # verdicts kept across prefixes, and on disk across runs (`KeptVerdicts`)
+        self._canonical = kept_verdicts(hf, tok)
 
     def rows(self, path: tuple[int, ...]) -> np.ndarray:
         """[len(path) + 1, V]: row j is the distribution after start + path[:j]."""

@@ -11,13 +11,25 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import contextlib
+import hashlib
+import os
+import pickle
 import random
+import sys
+import tempfile
+import time
+import unicodedata
+from pathlib import Path
 
-from midword.engine import build_tree
+import tokenizers
+from midword.engine import build_tree, cache_root
 from midword.engine.tokenize.tokenizer import BPETokenizer
+from midword.engine.tree import completions
 from midword.engine.tree.utf8 import PROBES
 from tokenizers import Tokenizer
 
+from midword.testing import chars
 from midword.testing.chars import char_completions
 from midword.testing.fixtures import real_encoder  # noqa: F401  (some tests import it from here)
 
@@ -59,6 +71,114 @@ def canonical_prefixes(
     return {seq for seq in seqs if memo[seq]}
 
 
+KEPT_CHECK_STRINGS = 20_000  # probe strings encoded again, per kind, when a store opens
+KEPT_DAYS = 30  # a store no run has opened for this long goes (its oracle or tokenizer changed)
+
+
+class KeptVerdicts(dict):
+    """`canonical_prefixes`' verdicts for one encoder, kept on disk between runs.
+
+    A verdict is a pure function of the encoder (a tokenizer file and the ``tokenizers``
+    release, or llama.cpp's vocabulary), the probes, the characters tried inside a cut
+    character and this module's code: the store's file is named by a digest of all of them
+    and of the token bytes that spell each sequence, so any change starts an empty store and
+    the brute force runs in full again. Only the oracle's side is kept: the engine's trees
+    are built afresh on every run, and when a store opens, a sample of its verdicts of each
+    kind is encoded again and must agree. (A run of spaces alone costs the brute force
+    millions of encodings: half a vocabulary of straddling tokens, each tried with every
+    probe; that was most of CI's test time.) ``MIDWORD_ORACLE_KEEP=0`` turns stores off.
+    """
+
+    opened: list[KeptVerdicts] = []
+
+    def __init__(self, hf: Tokenizer, tok: BPETokenizer, identity: str) -> None:
+        super().__init__()
+        name = _oracle_digest(identity, tok)
+        self.path = cache_root() / "oracle-verdicts" / f"{name}.pickle"
+        if self.path.is_file():
+            with self.path.open("rb") as f:
+                self.update(pickle.load(f))
+            self._check_some(hf, tok)
+            self.path.touch()  # in use: `save` prunes stores no run opened for KEPT_DAYS
+        self.saved = len(self)
+        KeptVerdicts.opened.append(self)
+
+    def _check_some(self, hf: Tokenizer, tok: BPETokenizer) -> None:
+        rng = random.Random(len(self))
+        for verdict in (True, False):
+            kept = [seq for seq, v in self.items() if v is verdict]
+            rng.shuffle(kept)
+            sample, budget = [], KEPT_CHECK_STRINGS
+            for seq in kept:
+                budget -= len(probe_strings(tok.decode(seq)) or [])
+                if budget < 0:
+                    break
+                sample.append(seq)
+            again = canonical_prefixes(hf, tok, sample, {})
+            wrong = [seq for seq in sample if (seq in again) is not verdict]
+            assert not wrong, f"{self.path} disagrees with the encoder on {wrong[:3]}: delete it"
+
+    def save(self) -> None:
+        """Writes what this process added, merged with what other workers wrote meanwhile."""
+        if len(self) == self.saved:
+            return
+        merged = dict(self)
+        if self.path.is_file():
+            with self.path.open("rb") as f:
+                merged.update(pickle.load(f))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(merged, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, self.path)  # whole files only: a reader never sees half of one
+        self.saved = len(self)
+        for old in self.path.parent.glob("*.pickle"):
+            with contextlib.suppress(OSError):  # (another worker may prune it first)
+                if time.time() - old.stat().st_mtime > KEPT_DAYS * 86400:
+                    old.unlink()
+
+
+_STORES: dict[tuple[int, int], tuple[object, object, dict[tuple[int, ...], bool]]] = {}
+
+
+def kept_verdicts(hf: Tokenizer, tok: BPETokenizer) -> dict[tuple[int, ...], bool]:
+    """The verdict store of this encoder and token bytes, opened once per process: a
+    `KeptVerdicts` for a ``tokenizers`` encoder or one with an ``oracle_identity()``, else
+    a plain dict (this process only)."""
+    key = (id(hf), id(tok))
+    if key not in _STORES:  # (the entry holds hf and tok, so their ids stay theirs)
+        identity = _encoder_identity(hf)
+        keep = identity is not None and os.environ.get("MIDWORD_ORACLE_KEEP", "1") != "0"
+        store = KeptVerdicts(hf, tok, identity) if keep else {}
+        _STORES[key] = (hf, tok, store)
+    return _STORES[key][2]
+
+
+def save_kept_verdicts() -> None:
+    for store in KeptVerdicts.opened:
+        store.save()
+
+
+def _encoder_identity(hf: object) -> str | None:
+    if isinstance(hf, Tokenizer):
+        return f"tokenizers {tokenizers.__version__}\0{hf.to_str()}"
+    identity = getattr(hf, "oracle_identity", None)
+    return identity() if callable(identity) else None
+
+
+def _oracle_digest(identity: str, tok: BPETokenizer) -> str:
+    sources = [Path(__file__), Path(completions.__file__), Path(chars.__file__)]
+    parts = [
+        identity,
+        unicodedata.unidata_version,
+        sys.version,
+        repr(PROBES),
+        *(path.read_text() for path in sources),
+        repr(tok.token_bytes),
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
 def confirmed_through_leaves(
     hf: Tokenizer,
     tok: BPETokenizer,
@@ -95,8 +215,10 @@ def brute_force_tree(
     """All canonical sequences covering ``prefix`` (paper definition 1), found breadth-first.
 
     Nodes ending exactly at the end of the prefix get only ``end_sample`` as candidate
-    children (checking the whole vocabulary there would take minutes).
+    children (checking the whole vocabulary there would take minutes). Verdicts go to
+    ``memo``, else to the encoder's `kept_verdicts`.
     """
+    memo = kept_verdicts(hf, tok) if memo is None else memo
     by_bytes, items, keys = _vocab(tok)
     straddle: dict[int, list[int]] = {}
     found: set[tuple[int, ...]] = set()

@@ -217,7 +217,9 @@ class LlamaCppSession(TreeScoringSession):
         lay = _Layout.of(step, self._pos, self._tok)
         stay = self._staying(step)
         kept_ids = set(self._addr[step.keep][stay].tolist())
-        if 1 + len(lay.leaves) + len(kept_ids) > self.llama.n_seq_max:
+        if not lay.leaves and stay.all() and len(kept_ids) == 1:
+            logprobs = self._apply_trunk(step, lay, kept_ids.pop())
+        elif 1 + len(lay.leaves) + len(kept_ids) > self.llama.n_seq_max:
             logprobs = self._apply_wide(step, lay)
         else:
             logprobs = self._apply_tree(step, lay, stay, kept_ids)
@@ -276,6 +278,38 @@ class LlamaCppSession(TreeScoringSession):
         logprobs = np.empty_like(rows_out)
         logprobs[ascending] = rows_out  # back in the order of the step's queries
         self.inference_tokens += again  # the base counts the new tokens
+        return logprobs
+
+    def _apply_trunk(self, step: ForwardStep, lay: _Layout, trunk_id: int) -> np.ndarray:
+        """A step with no tree whose kept rows all stay in their cells under one id (a
+        generated token appended to the trunk): the new rows go on top under that id.
+        `_apply_tree` would give the trunk a fresh id and move every cell's tag to it,
+        two passes over the cells per token for nothing.
+
+        Cells of that id above the staying rows (an old trunk's end) lose it by position,
+        which frees them; every other id goes with its cells (the nodes of a tree)."""
+        for seq in self._ids - {trunk_id}:
+            self.llama.seq_rm(seq)
+        n_keep = len(step.keep)
+        dropped = np.ones(len(self._addr), dtype=bool)
+        dropped[step.keep] = False
+        if (self._addr[dropped] == trunk_id).any():
+            self.llama.seq_rm(trunk_id, int(self._pos[dropped & (self._addr == trunk_id)].min()))
+        rows = n_keep + np.argsort(step.positions, kind="stable")  # parents first
+        outputs = np.empty(len(step.tokens), dtype=np.int64)
+        outputs[rows - n_keep] = np.arange(len(rows))  # new token -> its index in the batch
+        queries = outputs[np.asarray(step.logit_queries, dtype=np.int64)]
+        ascending = np.argsort(queries, kind="stable")  # decode reads outputs in batch order
+        self.decodes += 1
+        rows_out = self.llama.decode(
+            lay.tok[rows], lay.pos[rows], [[trunk_id]] * len(rows), queries[ascending]
+        )
+        self._cell = np.concatenate([self._cell[step.keep], np.empty(len(rows), np.int64)])
+        self._cell[rows] = n_keep + np.arange(len(rows))  # llama.cpp fills free cells upwards
+        self._pos, self._tok, self._ids = lay.pos, lay.tok, {trunk_id}
+        self._addr = np.full(len(lay.pos), trunk_id, dtype=np.int64)
+        logprobs = np.empty_like(rows_out)
+        logprobs[ascending] = rows_out  # back in the order of the step's queries
         return logprobs
 
     @staticmethod
