@@ -30,7 +30,9 @@ ids are added with ``llama_memory_seq_cp`` (which, in a unified cache, only adds
 then the old ids are removed with ``llama_memory_seq_rm``, which frees every cell no new
 id reached, and llama.cpp fills free cells from the lowest up. New ids are always ids
 not in use, so an addition never meets a cell of the same id at the same position. No
-K row is ever shifted: a position never changes.
+K row is ever shifted: a position never changes. A step with no tree whose kept rows all
+stay under one id (a generated token) skips the re-tagging: its rows go on top under
+that id (`LlamaCppSession._apply_trunk`).
 
 A tree with more leaves than free sequence ids is scored in several decodes, a group of
 leaves at a time (shared nodes evaluated once per group), and then only the trunk stays
