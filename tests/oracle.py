@@ -13,6 +13,7 @@ import bisect
 import codecs
 import contextlib
 import hashlib
+import inspect
 import os
 import pickle
 import random
@@ -80,11 +81,11 @@ class KeptVerdicts(dict):
 
     A verdict is a pure function of the encoder (a tokenizer file and the ``tokenizers``
     release, or llama.cpp's vocabulary), the probes, the characters tried inside a cut
-    character and this module's code: the store's file is named by a digest of all of them
-    and of the token bytes that spell each sequence, so any change starts an empty store and
-    the brute force runs in full again. Only the oracle's side is kept: the engine's trees
-    are built afresh on every run, and when a store opens, a sample of its verdicts of each
-    kind is encoded again and must agree. (A run of spaces alone costs the brute force
+    character and the code that decides: the store's file is named by a digest of all of
+    them and of the token bytes that spell each sequence (`_oracle_digest`), so any change
+    starts an empty store and the brute force runs in full again. Only the oracle's side
+    is kept: the engine's trees are built afresh on every run, and when a store opens, a
+    sample of its verdicts of each kind is encoded again and must agree. (A run of spaces alone costs the brute force
     millions of encodings: half a vocabulary of straddling tokens, each tried with every
     probe; that was most of CI's test time.) ``MIDWORD_ORACLE_KEEP=0`` turns stores off.
     """
@@ -107,9 +108,8 @@ class KeptVerdicts(dict):
         rng = random.Random(len(self))
         for verdict in (True, False):
             kept = [seq for seq, v in self.items() if v is verdict]
-            rng.shuffle(kept)
             sample, budget = [], KEPT_CHECK_STRINGS
-            for seq in kept:
+            for seq in rng.sample(kept, min(len(kept), KEPT_CHECK_STRINGS // len(PROBES))):
                 budget -= len(probe_strings(tok.decode(seq)) or [])
                 if budget < 0:
                     break
@@ -167,13 +167,18 @@ def _encoder_identity(hf: object) -> str | None:
 
 
 def _oracle_digest(identity: str, tok: BPETokenizer) -> str:
-    sources = [Path(__file__), Path(completions.__file__), Path(chars.__file__)]
+    """What a verdict depends on: the encoder, the token bytes, the probes, the code that
+    decides (`canonical_prefixes`, `probe_strings`, the characters tried inside a cut
+    character) and the Unicode tables under it; not the store's own code."""
+    deciding = [inspect.getsource(canonical_prefixes), inspect.getsource(probe_strings)]
+    modules = [Path(completions.__file__), Path(chars.__file__)]
     parts = [
         identity,
         unicodedata.unidata_version,
         sys.version,
         repr(PROBES),
-        *(path.read_text() for path in sources),
+        *deciding,
+        *(path.read_text() for path in modules),
         repr(tok.token_bytes),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
