@@ -452,5 +452,5 @@ class Completer:
             if need[:n] in self.tok.bytes_to_id
         ]
         lo, hi = self.engine.token_range(need)
-        ids.extend(t for _, t in self.engine.sorted_bytes[lo:hi])
+        ids.extend(self.engine.sorted_ids[lo:hi].tolist())
         return np.array(sorted(set(ids)), dtype=np.int64)

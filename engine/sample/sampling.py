@@ -166,7 +166,7 @@ class ByteSampler:
         self.vct = VCT(engine)
         # token byte lengths as Python ints: a node's offset sums a few of them per keystroke
         self._lengths = [len(b) if b is not None else 0 for b in tok.token_bytes]
-        self._bytes = _bytes_by_position(tok.token_bytes)  # [max_len, V] uint8
+        self._bytes = BytesByPosition(tok.token_bytes)  # byte k of every token, by k
         self._length_array: np.ndarray | None = None  # _lengths as an array, once asked
         self._special = np.array(
             [i for i in tok.special_ids if i < model.vocab_size], dtype=np.int64
@@ -355,7 +355,7 @@ class ByteSampler:
             self._length_array = np.array(self._lengths, dtype=np.int64)
         has = self._length_array[leaf_set.token] > at  # a special token has no bytes
         out = np.full(leaf_set.size, -1, dtype=np.int64)
-        out[has] = self._bytes[at[has], leaf_set.token[has]]
+        out[has] = self._bytes.at(at[has], leaf_set.token[has])
         return out
 
     def leaves(self, transform: Transform = _AS_IS) -> tuple[list[tuple[int, ...]], np.ndarray]:
@@ -442,7 +442,7 @@ def session_rows(
 LOG_TINY = -665.0
 
 
-def _aggregate(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
+def _aggregate(sc: _ScoredTree, by_pos: BytesByPosition) -> tuple[np.ndarray, float]:
     """(float64 [256] log of the leaf path probabilities grouped by next byte, log mass).
 
     The mass is what `ByteSampler` divides by: leaves that reach past the prefix
@@ -456,7 +456,7 @@ def _aggregate(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
     return sc.buckets
 
 
-def _node_leaves(sc: _ScoredTree, by_pos: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+def _node_leaves(sc: _ScoredTree, by_pos: BytesByPosition, i: int) -> tuple[np.ndarray, np.ndarray]:
     """(next byte, log P(path + leaf | trunk)) of node i's leaves.
 
     ``take`` on 1-D rows: a 2-D fancy index ``rows[i, leaves]`` is several times
@@ -465,10 +465,10 @@ def _node_leaves(sc: _ScoredTree, by_pos: np.ndarray, i: int) -> tuple[np.ndarra
     leaves = sc.tree.nodes[i].leaves
     values = sc.rows[i].take(leaves)  # a fresh array: fine to change in place
     values += sc.node_lp[i]
-    return by_pos[sc.offsets[i]].take(leaves), values
+    return by_pos.row(int(sc.offsets[i])).take(leaves), values
 
 
-def _linear_sums(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float] | None:
+def _linear_sums(sc: _ScoredTree, by_pos: BytesByPosition) -> tuple[np.ndarray, float] | None:
     """`_aggregate` in probability space; None when some term is too small for it."""
     sums = np.zeros(256)
     mass = 0.0
@@ -497,7 +497,7 @@ def _too_small(values: np.ndarray) -> bool:
     return bool(np.any((values < LOG_TINY) & np.isfinite(values)))
 
 
-def _log_sums(sc: _ScoredTree, by_pos: np.ndarray) -> tuple[np.ndarray, float]:
+def _log_sums(sc: _ScoredTree, by_pos: BytesByPosition) -> tuple[np.ndarray, float]:
     """`_aggregate` in the log domain: exact whatever the magnitudes, but slower."""
     firsts: list[np.ndarray] = []
     values: list[np.ndarray] = []
@@ -536,15 +536,38 @@ def _bucket_logsumexp(buckets: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _bytes_by_position(token_bytes: Sequence[bytes | None]) -> np.ndarray:
-    """uint8 [max_len, V]: byte k of every token in row k, zero-padded (read only where a
-    token has the byte); by position so that a node's next bytes are one contiguous row."""
-    width = max(len(b) for b in token_bytes if b is not None)
-    out = np.zeros((len(token_bytes), width), dtype=np.uint8)
-    for i, b in enumerate(token_bytes):
-        if b:
-            out[i, : len(b)] = np.frombuffer(b, dtype=np.uint8)
-    return np.ascontiguousarray(out.T)
+class BytesByPosition:
+    """Byte k of every token, as one uint8 [V] row per position k (zero where a token has
+    no byte k): a node's next bytes are one contiguous row. A row is made on first use
+    and kept; all of them at once would be [max_len, V], 18.5 MiB for Qwen2's 128-byte
+    tokens (twice that while made), nearly all zeros past the first positions.
+
+    >>> rows = BytesByPosition([b"ab", None, b"c"])
+    >>> rows.row(0).tolist(), rows.row(1).tolist(), rows.at(np.array([1]), np.array([0])).tolist()
+    ([97, 0, 99], [98, 0, 0], [98])
+    """
+
+    def __init__(self, token_bytes: Sequence[bytes | None]) -> None:
+        texts = [b or b"" for b in token_bytes]
+        self._flat = np.frombuffer(b"".join(texts), dtype=np.uint8)  # every token's bytes
+        self._len = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        self._start = np.cumsum(self._len) - self._len  # where each token's bytes start
+        self._rows: dict[int, np.ndarray] = {}
+
+    def row(self, k: int) -> np.ndarray:
+        """uint8 [V]: byte k of every token (0 for those no longer than k); read only."""
+        got = self._rows.get(k)
+        if got is None:
+            got = np.zeros(len(self._len), dtype=np.uint8)
+            has = self._len > k
+            got[has] = self._flat[self._start[has] + k]
+            got.setflags(write=False)
+            self._rows[k] = got
+        return got
+
+    def at(self, positions: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Byte ``positions[i]`` of token ``tokens[i]`` (each token longer than that)."""
+        return self._flat[self._start[tokens] + positions]
 
 
 def _common_tokens(a: Sequence[int], b: Sequence[int]) -> int:

@@ -4,7 +4,7 @@ form, the reference encoder) and the merge helpers that every tokenizer family s
 Loading a ``tokenizer.json`` into one lives in :mod:`tokenizer` (ByteLevel) and
 :mod:`sentencepiece`; the covering-tree modules import only this one.
 
->>> bpe_apply([1, 2, 3], {(1, 2): (0, 4), (4, 3): (1, 5)})
+>>> bpe_apply([1, 2, 3], MergeTable.of({(1, 2): (0, 4), (4, 3): (1, 5)}))
 [5]
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -27,16 +27,66 @@ __all__ = [
     "NO_MERGE",
     "AddedToken",
     "BPETokenizer",
+    "MergeTable",
     "TokenizerError",
     "bpe_apply",
     "bpe_last_merge",
     "cache_root",
     "reorder_merges",
+    "sorted_vocabulary",
 ]
 
 NO_MERGE = np.iinfo(np.int64).max  # rank of "never formed" (unreachable tokens, past the top)
 
 BPE_MEMO_WORDS = 1 << 15  # pre-tokens whose BPE is kept (least recently used dropped)
+
+
+class MergeTable:
+    """Merges (left, right) -> (rank, result), packed into one dict of plain ints: key
+    ``left * stride + right``, value ``rank * stride + result`` (``stride``: above every
+    id). A dict of int tuples holds five objects per merge (37 MiB for Qwen2's 151k
+    merges); this one holds two (14 MiB), and a lookup builds no tuple.
+
+    Packed values compare as (rank, result): lowest rank first, as BPE applies them (in
+    normal form each rank forms one token, so the order is the ranks').
+
+    >>> table = MergeTable.of({(1, 2): (0, 4), (4, 3): (1, 5)})
+    >>> table.get(4, 3), table.get(3, 4), len(table)
+    ((1, 5), None, 2)
+    """
+
+    __slots__ = ("packed", "stride")
+
+    def __init__(self, packed: dict[int, int], stride: int) -> None:
+        self.packed = packed
+        self.stride = stride
+
+    @classmethod
+    def of(cls, merges: Mapping[tuple[int, int], tuple[int, int]]) -> MergeTable:
+        """The table of a (left, right) -> (rank, result) mapping (tests, small tables)."""
+        stride = max([x for (a, b), (_, out) in merges.items() for x in (a, b, out)], default=0) + 1
+        return cls(
+            {a * stride + b: r * stride + out for (a, b), (r, out) in merges.items()}, stride
+        )
+
+    @classmethod
+    def of_normal_form(
+        cls, left: np.ndarray, right: np.ndarray, rank: np.ndarray, formed: np.ndarray
+    ) -> MergeTable:
+        """The merges that form the tokens ``formed`` (ids whose ``left``, ``right`` and
+        ``rank`` say how), packed with numpy at once; ``stride`` is the vocabulary size."""
+        stride = len(left)
+        keys = left[formed].astype(np.int64) * stride + right[formed]
+        values = rank[formed].astype(np.int64) * stride + formed
+        return cls(dict(zip(keys.tolist(), values.tolist(), strict=True)), stride)
+
+    def get(self, left: int, right: int) -> tuple[int, int] | None:
+        """(rank, result) of the merge of ``left`` and ``right``; None if there is none."""
+        hit = self.packed.get(left * self.stride + right)
+        return None if hit is None else divmod(hit, self.stride)
+
+    def __len__(self) -> int:
+        return len(self.packed)
 
 
 @dataclass(frozen=True)
@@ -102,11 +152,10 @@ class BPETokenizer:
         # real encoder drops them from the text, so no canonical sequence spells one
         self.missing_bytes = frozenset(b for b in range(256) if bytes([b]) not in self.bytes_to_id)
         self.byte_ids = np.array([self.bytes_to_id.get(bytes([b]), -1) for b in range(256)])
-        # (left, right) -> (rank, result) in normal form.
-        self.merges: dict[tuple[int, int], tuple[int, int]] = {
-            (int(left[i]), int(right[i])): (int(rank[i]), i)
-            for i in np.flatnonzero((left >= 0) & self.reachable)
-        }
+        # (left, right) -> (rank, result) in normal form, packed
+        self.merges = MergeTable.of_normal_form(
+            left, right, rank, np.flatnonzero((left >= 0) & self.reachable)
+        )
         self._added_re = (
             regex.compile(
                 "|".join(regex.escape(a) for a in sorted(self.added_text, key=len, reverse=True))
@@ -174,19 +223,19 @@ class BPETokenizer:
         return 0 <= token_id < self.size and self.token_bytes[token_id] is None
 
 
-def bpe_apply(symbols: list[int], merges: dict[tuple[int, int], tuple[int, int]]) -> list[int]:
+def bpe_apply(symbols: Sequence[int], merges: MergeTable) -> list[int]:
     """Apply merges lowest rank first, leftmost first among equals (the HF heap order)."""
+    get, stride = merges.packed.get, merges.stride
     syms = list(symbols)
     while len(syms) > 1:
-        best: tuple[int, int, int] | None = None
+        best, at = None, 0  # the packed (rank, result) of the first lowest merge, and where
         for pos in range(len(syms) - 1):
-            hit = merges.get((syms[pos], syms[pos + 1]))
-            if hit is not None and (best is None or hit[0] < best[0]):
-                best = (hit[0], pos, hit[1])
+            hit = get(syms[pos] * stride + syms[pos + 1])
+            if hit is not None and (best is None or hit < best):
+                best, at = hit, pos
         if best is None:
             break
-        _, pos, out = best
-        syms[pos : pos + 2] = [out]
+        syms[at : at + 2] = [best % stride]
     return syms
 
 
@@ -209,6 +258,23 @@ def bpe_last_merge(
         last = (a, b, table[(a, b)][1])
         syms[pos : pos + 2] = [last[2]]
     return last
+
+
+def sorted_vocabulary(
+    token_bytes: list[bytes | None],
+) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    """(bytes, ids, lengths) of the text tokens sorted by bytes (equal bytes by id). No
+    list of (bytes, id) pairs is kept beside them: 13 MiB of tuples at 151k tokens.
+
+    >>> keys, ids, lengths = sorted_vocabulary([b"b", None, b"ab", b"a"])
+    >>> keys, ids.tolist(), lengths.tolist()
+    ([b'a', b'ab', b'b'], [3, 2, 0], [1, 2, 1])
+    """
+    ids = [i for i, b in enumerate(token_bytes) if b is not None]
+    ids.sort(key=token_bytes.__getitem__)  # (stable: equal bytes stay in id order)
+    keys: list[bytes] = [token_bytes[i] for i in ids]  # type: ignore[misc]
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    return keys, np.array(ids, dtype=np.int64), lengths
 
 
 def reorder_merges(left: np.ndarray, right: np.ndarray, orig: np.ndarray) -> np.ndarray:

@@ -47,6 +47,7 @@ from .bpe import (
     NO_MERGE,
     AddedToken,
     BPETokenizer,
+    MergeTable,
     bpe_apply,
     bpe_last_merge,
     cache_root,
@@ -393,31 +394,33 @@ def _sp_token_bytes(
     return out, fallback
 
 
-def bpe_heap(symbols: Sequence[int], merges: dict[tuple[int, int], tuple[int, int]]) -> list[int]:
+def bpe_heap(symbols: Sequence[int], merges: MergeTable) -> list[int]:
     """:func:`~.bpe.bpe_apply` (lowest rank first, leftmost among equals) in O(n log n):
     a heap of (rank, position) over a linked list, instead of a rescan per merge (a chunk
     of 300 '=' took 8 ms). A heap entry is stale once either of its symbols has changed.
 
-    >>> merges = {(0, 0): (0, 1), (1, 0): (1, 2)}  # 'aa' first, then 'aa' + 'a'
+    >>> merges = MergeTable.of({(0, 0): (0, 1), (1, 0): (1, 2)})  # 'aa', then 'aa' + 'a'
     >>> bpe_heap([0, 0, 0, 0, 0], merges)
     [1, 2]
     """
+    get, stride = merges.packed.get, merges.stride
     sym = [int(t) for t in symbols]
     n = len(sym)
     after = list(range(1, n + 1))  # the next live position (n: none)
     before = list(range(-1, n - 1))
+    # entries (packed (rank, result), position, left, right): lowest rank first
     heap = [
-        (hit[0], i, sym[i], sym[i + 1])
+        (hit, i, sym[i], sym[i + 1])
         for i in range(n - 1)
-        if (hit := merges.get((sym[i], sym[i + 1]))) is not None
+        if (hit := get(sym[i] * stride + sym[i + 1])) is not None
     ]
     heapq.heapify(heap)
     while heap:
-        _, i, a, b = heapq.heappop(heap)
+        hit, i, a, b = heapq.heappop(heap)
         j = after[i]
         if j >= n or sym[i] != a or sym[j] != b:
             continue  # stale: a merge changed one side (a merged token never equals a part)
-        sym[i] = int(merges[(a, b)][1])  # (an id from numpy in BPETokenizer.merges)
+        sym[i] = hit % stride
         sym[j] = -1  # dead
         after[i] = after[j]
         if after[j] < n:
@@ -425,9 +428,9 @@ def bpe_heap(symbols: Sequence[int], merges: dict[tuple[int, int], tuple[int, in
         for x in (before[i], i):
             y = after[x] if x >= 0 else n
             if x >= 0 and y < n:
-                hit = merges.get((sym[x], sym[y]))
+                hit = get(sym[x] * stride + sym[y])
                 if hit is not None:
-                    heapq.heappush(heap, (hit[0], x, sym[x], sym[y]))
+                    heapq.heappush(heap, (hit, x, sym[x], sym[y]))
     return [t for t in sym if t >= 0]
 
 

@@ -60,7 +60,7 @@ class TableSource(Protocol):
     tok: BPETokenizer
     validity: Validity
     is_added: np.ndarray
-    sorted_bytes: list[tuple[bytes, int]]
+    sorted_keys: list[bytes]
 
     def completions(self, partial: bytes) -> Completions: ...
 

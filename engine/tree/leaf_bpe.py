@@ -130,7 +130,7 @@ class BpeSideMixin:
 
     def _longer_tokens(self, word: bytes) -> list[bytes]:
         lo, hi = self.engine.token_range(word)
-        return [b[len(word) :] for b, _ in self.engine.sorted_bytes[lo:hi] if len(b) > len(word)]
+        return [b[len(word) :] for b in self.engine.sorted_keys[lo:hi] if len(b) > len(word)]
 
     @staticmethod
     def _whole_rests(
@@ -166,7 +166,7 @@ class BpeSideMixin:
             self._whole_by_ext = {}
             if self.tok.ignore_merges:
                 endings = set(PROBE_ENDINGS) - {b""}
-                for b, _ in self.engine.sorted_bytes:
+                for b in self.engine.sorted_keys:
                     for cut in range(1, min(4, len(b))):
                         t = self.tok.bytes_to_id.get(b[:-cut])
                         if b[-cut:] in endings and t is not None:

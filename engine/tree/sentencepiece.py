@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import PrefixError
-from ..tokenize.bpe import BPETokenizer
+from ..tokenize.bpe import BPETokenizer, sorted_vocabulary
 from ..tokenize.sentencepiece import EMPTY, SPACE_PIECE_BYTES, SentencePieceTokenizer
 from .completions import completion_points, utf8_length
 from .tail_cache import TailCache
@@ -33,11 +33,7 @@ class SentencePieceEngine:
         self.lead = tok.lead
         self.missing_bytes: frozenset[int] = frozenset()
         self.validity = Validity(tok)
-        ids = [i for i, b in enumerate(tok.token_bytes) if b is not None]
-        self.sorted_bytes = sorted((tok.token_bytes[i], i) for i in ids)
-        self.sorted_keys = [b for b, _ in self.sorted_bytes]
-        self.sorted_ids = np.array([i for _, i in self.sorted_bytes], dtype=np.int64)
-        self.sorted_len = np.array([len(b) for b, _ in self.sorted_bytes], dtype=np.int64)
+        self.sorted_keys, self.sorted_ids, self.sorted_len = sorted_vocabulary(tok.token_bytes)
         self.sorted_pos = np.full(tok.size, -1, dtype=np.int64)  # token id -> its index there
         self.sorted_pos[self.sorted_ids] = np.arange(len(self.sorted_ids))
         self.max_token_len = int(self.sorted_len.max())

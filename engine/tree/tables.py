@@ -7,7 +7,7 @@ canonical checks and the tail builder. Load one per tokenizer with :func:`load_e
 
 >>> engine = load_engine("models/default")  # doctest: +SKIP
 >>> lo, hi = engine.token_range(b"def")  # doctest: +SKIP
->>> [word for word, _ in engine.sorted_bytes[lo:hi]]  # doctest: +SKIP
+>>> engine.sorted_keys[lo:hi]  # doctest: +SKIP
 [b'def', b'default', b'defaults', b'defined']
 """
 
@@ -24,6 +24,7 @@ import regex
 from ..disk_arrays import load_arrays, save_arrays
 from ..errors import TokenizerError
 from ..gguf.tokenizer import load_tokenizer
+from ..tokenize.bpe import sorted_vocabulary
 from ..tokenize.char_atoms import signature_groups
 from ..tokenize.class_machine import ClassMachine, UnsupportedPattern
 from ..tokenize.sentencepiece import SentencePieceTokenizer
@@ -87,11 +88,8 @@ class Engine:
         self.validity = Validity(tok)
         self.atoms = _class_atoms([p.pattern for p, _ in tok.pretokenizer.splits])
         self._class_ids: dict[str, int] = {}
-        ids = [i for i, b in enumerate(tok.token_bytes) if b is not None]
-        self.sorted_bytes = sorted((tok.token_bytes[i], i) for i in ids)
-        self.sorted_keys = [b for b, _ in self.sorted_bytes]  # the token bytes, sorted
-        self.sorted_ids = np.array([i for _, i in self.sorted_bytes], dtype=np.int64)
-        self.sorted_len = np.array([len(b) for b, _ in self.sorted_bytes], dtype=np.int64)
+        # the vocabulary sorted by bytes: the bytes, the ids, the lengths
+        self.sorted_keys, self.sorted_ids, self.sorted_len = sorted_vocabulary(tok.token_bytes)
         self.max_token_len = int(self.sorted_len.max())
         added = np.zeros(tok.size, dtype=bool)
         added[list(tok.added_text.values())] = True
@@ -457,7 +455,7 @@ class Engine:
         return got
 
     def _ending_runs(self, lo: int, hi: int) -> list[tuple[bytes, list[int]]]:
-        """Per non-empty probe ending: the positions in ``sorted_bytes[lo:hi]`` of tokens
+        """Per non-empty probe ending: the positions in ``sorted_keys[lo:hi]`` of tokens
         that end with it (:meth:`ending_positions`, read from disk under ignore_merges)."""
         if self._ends_at is None:
             self._ends_at = (self.ending_positions(), len(self.sorted_keys) + 1)
@@ -472,7 +470,7 @@ class Engine:
         ]
 
     def ending_positions(self) -> np.ndarray:
-        """The positions in ``sorted_bytes`` of the tokens that end with each non-empty
+        """The positions in ``sorted_keys`` of the tokens that end with each non-empty
         probe ending (``_ENDINGS``), as one sorted array: ending k's shifted by k times
         (vocabulary size + 1), so that one search finds every ending's run."""
         # the vocabulary's bytes end to end: a word's last k bytes, read at its end
@@ -488,7 +486,7 @@ class Engine:
         return np.concatenate(shifted)
 
     def token_range(self, prefix: bytes) -> tuple[int, int]:
-        """Indices into ``sorted_bytes`` of tokens that start with ``prefix``."""
+        """Indices into ``sorted_keys`` of tokens that start with ``prefix``."""
         lo = bisect.bisect_left(self.sorted_keys, prefix)
         hi = bisect.bisect_left(self.sorted_keys, prefix + b"\xff" * (self.max_token_len + 1))
         return lo, hi

@@ -34,7 +34,9 @@ class Validity:
         self.rank = np.where(tok.rank == NO_MERGE, INF, tok.rank)
         self._build_partners()
         self._build_left_spine_index()
-        self.rinv_tok: np.ndarray | None = None  # right-spine index, built on first use
+        # for `predecessors` (few callers): left partners and the right-spine index, built
+        # on first use (7 MiB at 151k tokens)
+        self.rinv_tok: np.ndarray | None = None
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         # at least 256 masks; a small vocabulary keeps them all (4096 tokens: 16 MB), so a
         # tree never recomputes one (60 us each) once its token has been seen
@@ -86,7 +88,7 @@ class Validity:
         for i, x in enumerate(xs):
             fx_next = f[xs[i + 1]] if i + 1 < len(xs) else INF
             for j, y in enumerate(ys):
-                hit = self.tok.merges.get((x, y))
+                hit = self.tok.merges.get(x, y)
                 if hit is None:
                     continue
                 r = hit[0]
@@ -148,6 +150,7 @@ class Validity:
             valid[:] = False
             return valid
         if self.rinv_tok is None:
+            self._build_left_partners()
             self._build_right_spine_index()
         ys = self.left_spine(b)
         f = self.rank
@@ -163,31 +166,39 @@ class Validity:
                 valid[self.rinv_tok[cut:xhi]] = False  # type: ignore[index]
         return valid
 
-    def _build_partners(self) -> None:
-        """CSR: for each left symbol, its right partners and merge ranks."""
+    def _formed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(left, right, rank) of every merge that forms a reachable token."""
         tok = self.tok
         formed = np.flatnonzero((tok.left >= 0) & tok.reachable)
-        lefts, rights, ranks = tok.left[formed], tok.right[formed], tok.rank[formed]
+        return tok.left[formed], tok.right[formed], tok.rank[formed]
+
+    def _build_partners(self) -> None:
+        """CSR: for each left symbol, its right partners and merge ranks."""
+        lefts, rights, ranks = self._formed()
         order = np.argsort(lefts, kind="stable")
         self.part_sym, self.part_rank = rights[order], ranks[order]
-        counts = np.bincount(lefts, minlength=tok.size)
+        counts = np.bincount(lefts, minlength=self.tok.size)
         self.part_ptr = np.concatenate([[0], np.cumsum(counts)])
+
+    def _build_left_partners(self) -> None:
+        """CSR: for each right symbol, its left partners and merge ranks."""
+        lefts, rights, ranks = self._formed()
         order = np.argsort(rights, kind="stable")
         self.lpart_sym, self.lpart_rank = lefts[order], ranks[order]
-        counts = np.bincount(rights, minlength=tok.size)
+        counts = np.bincount(rights, minlength=self.tok.size)
         self.lpart_ptr = np.concatenate([[0], np.cumsum(counts)])
 
     def _build_left_spine_index(self) -> None:
         """CSR: for each symbol p, tokens b whose left spine holds p, with f(parent of p)."""
-        self.inv_tok, self.inv_prank, self.inv_ptr = self._spine_index(self.tok.left)
+        inv_tok, prank, self.inv_ptr = self._spine_index(self.tok.left)
+        # token ids in 4 bytes (they only index masks): 2 MiB less at 151k tokens
+        self.inv_tok = inv_tok.astype(np.int32) if self.tok.size < 2**31 else inv_tok
         # one sorted key per entry, symbol then parent rank (INF capped above every real
         # rank, which keeps the order and every comparison with a real rank), so one
-        # search finds the cut in every symbol's list at once
-        self._inv_cap = (
-            int(self.tok.size) + int(self.inv_prank[self.inv_prank < INF].max(initial=0)) + 1
-        )
+        # search finds the cut in every symbol's list at once; the ranks are not kept
+        self._inv_cap = int(self.tok.size) + int(prank[prank < INF].max(initial=0)) + 1
         sym = np.repeat(np.arange(len(self.inv_ptr) - 1, dtype=np.int64), np.diff(self.inv_ptr))
-        self._inv_key = sym * self._inv_cap + np.minimum(self.inv_prank, self._inv_cap - 1)
+        self._inv_key = sym * self._inv_cap + np.minimum(prank, self._inv_cap - 1)
 
     def _build_right_spine_index(self) -> None:
         """CSR: for each symbol x, tokens a whose right spine holds x, with f(parent of x)."""

@@ -264,7 +264,7 @@ class Scorer:
         """log of the total probability of token sequences that spell ``want`` first."""
         row = self.session.logprobs(context, [()])[0]
         lo, hi = self.engine.token_range(want)
-        parts = [float(row[t]) for _, t in self.engine.sorted_bytes[lo:hi]]
+        parts = [float(row[t]) for t in self.engine.sorted_ids[lo:hi].tolist()]
         for n in range(1, len(want)):  # tokens that are a proper prefix of the character
             t = self.tok.bytes_to_id.get(want[:n])
             if t is not None and t not in self.special:

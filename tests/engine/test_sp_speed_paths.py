@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pytest
 from midword.engine import load_engine, load_tokenizer
-from midword.engine.tokenize.bpe import BPETokenizer, bpe_apply
+from midword.engine.tokenize.bpe import BPETokenizer, MergeTable, bpe_apply
 from midword.engine.tokenize.sentencepiece import bpe_heap
 from midword.engine.tree.completions import completion_points
 from midword.engine.tree.sentencepiece import SentencePieceEngine
@@ -79,7 +79,8 @@ def test_bpe_heap_equals_bpe_apply_on_random_tables() -> None:
             pair = (rng.randrange(size + len(merges)), rng.randrange(size + len(merges)))
             merges.setdefault(pair, (rng.randrange(8), size + len(merges)))
         seq = [rng.randrange(size) for _ in range(rng.randrange(0, 60))]
-        assert bpe_heap(seq, merges) == bpe_apply(seq, merges), (seq, merges)
+        table = MergeTable.of(merges)
+        assert bpe_heap(seq, table) == bpe_apply(seq, table), (seq, merges)
 
 
 def test_bpe_heap_equals_bpe_apply_on_the_vocabulary(engine: SentencePieceEngine) -> None:
