@@ -76,6 +76,11 @@ def random_stream(seed: int, n: int) -> bytes:
     return bytes(out[:n])
 
 
+def ints(ids: object) -> tuple[int, ...]:
+    """Token ids as plain ints: the hash is of the values (numpy ints print otherwise)."""
+    return tuple(int(t) for t in ids)  # type: ignore[attr-defined]
+
+
 def feed(h: hashlib._Hash, vct: VCT, data: bytes) -> int:
     trees = 0
     for b in data:
@@ -86,9 +91,10 @@ def feed(h: hashlib._Hash, vct: VCT, data: bytes) -> int:
             continue
         tree = vct.tree()
         trees += 1
-        h.update(repr((tree.trunk, tree.rest, tree.complete)).encode())
+        complete = None if tree.complete is None else ints(tree.complete)
+        h.update(repr((ints(tree.trunk), tree.rest, complete)).encode())
         for node in tree.nodes:
-            h.update(repr((node.path, node.ends_at_prefix_end)).encode())
+            h.update(repr((ints(node.path), node.ends_at_prefix_end)).encode())
             h.update(node.leaves.astype("int64").tobytes())
         if len(vct.prefix) > 256:  # keep regions short-ish and exercise truncate
             vct.truncate(len(vct.prefix) - 200)

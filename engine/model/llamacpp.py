@@ -289,13 +289,16 @@ class LlamaContext:
 
     def _logprobs(self, outputs: Sequence[int]) -> np.ndarray:
         vocab = self.model.vocab_size
-        rows = np.empty((len(outputs), vocab), dtype=np.float32)  # [L, V]
+        rows = np.empty((len(outputs), vocab), dtype=np.float64)  # [L, V]
         for j, i in enumerate(outputs):
             ptr = self.ll.llama_get_logits_ith(self.ctx, int(i))
             if not ptr:
                 raise BackendError(f"llama.cpp has no logits for batch row {i}")
+            # row by row, in place: a wide tree's rows at once would add three more
+            # [L, V] temporaries (90 MiB for 30 rows of a 151,936-token vocabulary)
             rows[j] = np.ctypeslib.as_array(ptr, shape=(vocab,))
-        return log_softmax(rows)
+            log_softmax_into(rows[j])
+        return rows
 
     def _batch_for(self, n: int) -> Any:
         """The reusable batch, grown to hold `n` tokens."""
@@ -347,21 +350,19 @@ def _fill_batch(
             row[k] = s
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """float64 log-softmax over the last axis of float32 logits (shifted and summed in
-    float64).
+def log_softmax_into(row: np.ndarray) -> None:
+    """Turn one float64 row of logits into its log-softmax, in place.
 
     Example:
-        >>> log_softmax(np.zeros((1, 4), np.float32)).round(4).tolist()
-        [[-1.3863, -1.3863, -1.3863, -1.3863]]
+        >>> row = np.zeros(4)
+        >>> log_softmax_into(row)
+        >>> row.round(4).tolist()
+        [-1.3863, -1.3863, -1.3863, -1.3863]
     """
-    x = logits.astype(np.float64)
-    x -= x.max(axis=-1, keepdims=True)
+    row -= row.max()
     # the exponentials in float32 (SIMD, twice as fast), summed in float64: a term's
     # rounding moves the total by under 1e-7 of itself, a log-probability by under 1e-8
-    total = np.exp(x.astype(np.float32)).sum(axis=-1, keepdims=True, dtype=np.float64)
-    x -= np.log(total)
-    return x
+    row -= np.log(np.exp(row.astype(np.float32)).sum(dtype=np.float64))
 
 
 def _meta_int(ll: Any, handle: Any, key: str) -> int | None:
