@@ -2,8 +2,10 @@
 ``error`` status (no traceback), and the server stays up and answers (empty) until a
 model that loads is configured. The files: a binary that is not a GGUF (a wheel), a
 truncated GGUF, a GGUF llama.cpp cannot load (an architecture it does not know), and a
-GGUF whose tokenizer midword cannot rebuild exactly (a pre-tokenizer it does not model: on
-llama.cpp, llama.cpp refuses it first; on torch, midword's own refusal names it)."""
+GGUF whose tokenizer midword cannot rebuild exactly (a pre-tokenizer it does not model).
+The server reads a GGUF file's tokenizer before the model (on llama.cpp too, so that the
+reading's passing memory is not added to the mapped weights): a file that both refuse, or
+one cut short, is reported by midword's own reader."""
 
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ def truncated(tmp: Path) -> Path:
 
 
 def unknown_architecture(tmp: Path) -> Path:
-    data = tiny_gguf(tmp / "q.gguf").read_bytes()
+    # a pre-tokenizer not named "qwen2", so only the architecture and its keys change
+    data = tiny_gguf(tmp / "q.gguf", pre="gpt-2").read_bytes()
     path = tmp / "unknown-arch.gguf"
     path.write_bytes(data.replace(b"qwen2", b"qwenZ"))  # same length: the file stays valid
     return path
@@ -58,7 +61,7 @@ def unknown_pre_tokenizer(tmp: Path) -> Path:
 # kind -> (the file, the backend asked for, what the status must say)
 BAD: dict[str, tuple[Callable[[Path], Path], str, str]] = {
     "not a GGUF (a wheel)": (a_wheel, "auto", "not a GGUF model file"),
-    "truncated GGUF": (truncated, "auto", "not within the file bounds"),
+    "truncated GGUF": (truncated, "auto", "runs past the file's end"),
     "truncated GGUF, torch": (truncated, "torch", "runs past the file's end"),
     "architecture llama.cpp does not know": (
         unknown_architecture,
