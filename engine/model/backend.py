@@ -140,6 +140,9 @@ class ScoringModel(Protocol):
 # --------------------------------------------------------------------------------------
 
 
+_PINNED_NODES = 8  # a wide tree's nodes beyond these are not pinned: 1 MB a row at 128k
+
+
 class TreeScoringSession(ABC):
     """Bookkeeping shared by all backends; subclasses implement `_apply` and the cache.
 
@@ -173,6 +176,7 @@ class TreeScoringSession(ABC):
         self._trunk: list[int] = []  # the trunk in _ctx, as the caller gave it (see _context)
         self._nodes: dict[TokenPath, int] = {}  # trie node (relative to trunk) -> cache row
         self._lp: dict[int, np.ndarray] = {}  # cache row -> float64 [vocab] next-token log-probs
+        self._pinned: set[int] = set()  # rows of the last tree: their _lp outlives the window
 
     # -- public API -----------------------------------------------------------------------
 
@@ -299,6 +303,7 @@ class TreeScoringSession(ABC):
         self._trunk = []
         self._nodes = {}
         self._lp = {}
+        self._pinned = set()
 
     def _keep_leading_rows(self, keep: np.ndarray) -> None:
         """After a stopped pass: keep the trunk rows that the pass kept in place (a
@@ -312,6 +317,7 @@ class TreeScoringSession(ABC):
         self._ctx = self._ctx[:rows]
         self._nodes = {}
         self._lp = {row: v for row, v in self._lp.items() if row < rows}
+        self._pinned = {row for row in self._pinned if row < rows}
 
     def _commit(self, ctx: np.ndarray, trunk: list[int], plan: _Plan, new_lp: np.ndarray) -> None:
         """Update bookkeeping after a successful `_apply`."""
@@ -320,10 +326,17 @@ class TreeScoringSession(ABC):
         new_lp.setflags(write=False)  # rows are handed out as they are (logprob_rows)
         for q, values in zip(step.logit_queries, new_lp, strict=True):
             lp[int(plan.new_rows[q])] = values
-        oldest = len(ctx) - self.trunk_logits_window
-        self._lp = {row: v for row, v in lp.items() if row >= oldest}
         self._ctx, self._trunk = ctx, trunk
         self._nodes = {p: len(ctx) + j for j, p in enumerate(plan.nodes)}
+        if plan.nodes:  # a tree: pin its trunk end and its first nodes
+            self._pinned = {
+                *range(len(ctx) - 1, len(ctx)),
+                *list(self._nodes.values())[:_PINNED_NODES],
+            }
+        else:  # the rows of the last tree that stayed (the trunk may have grown into them)
+            self._pinned = {row for row, old in plan.lp_rows.items() if old in self._pinned}
+        oldest = len(ctx) - self.trunk_logits_window
+        self._lp = {row: v for row, v in lp.items() if row >= oldest or row in self._pinned}
         self.inference_tokens += len(step.tokens)
 
     def _context(self, trunk: list[int]) -> tuple[np.ndarray, int]:

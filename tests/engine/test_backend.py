@@ -306,6 +306,38 @@ def test_long_backspace_reevaluates_trunk_end(make_session: tuple[SessionFactory
     call(trunk[:7], [()], cost=1)  # fell out of the window: evaluated again
 
 
+def test_last_tree_keeps_its_log_probs_through_a_completion(
+    make_session: tuple[SessionFactory, Oracle],
+) -> None:
+    """The editor's loop: a keystroke scores a tree, a completion grows the trunk by more
+    than the log-prob window, the next keystroke asks the same trunk again. The tree's
+    trunk end and the node the trunk grew into keep their log-probs (pinned) until a newer
+    tree's rows take their place."""
+    factory, oracle = make_session
+    s = factory(bos_id=1, trunk_logits_window=2)
+
+    def call(trunk: list[int], paths: list[TokenPath], cost: int) -> None:
+        before = s.inference_tokens
+        assert check_call(s, oracle, 1, trunk, paths) <= ATOL
+        assert s.inference_tokens - before == cost
+
+    trunk = [5, 6, 7]
+    call(trunk, [(), (8,), (8, 9), (10,)], cost=7)
+    grown = [*trunk, 8]
+    call(grown, [()], cost=0)  # the trunk grew into (8,)
+    for token in (11, 12, 13, 14, 15):  # generated one at a time
+        grown.append(token)
+        call(grown, [()], cost=1)
+    call(trunk, [(), (8,), (8, 9)], cost=1)  # only (8, 9), which the completion dropped
+    call(grown[:5], [()], cost=1)  # an unpinned row out of the window: evaluated again
+
+    call(grown[:4], [(), (9,)], cost=1)  # a newer tree: its rows are pinned instead
+    for n in range(5, 9):
+        call([*grown[:4], 9, 20, 21, 22][:n], [()], cost=0 if n == 5 else 1)
+    call(grown[:4], [()], cost=0)  # the newer tree's trunk end
+    call(trunk, [()], cost=1)  # the older tree's: no longer pinned, out of the window
+
+
 @pytest.mark.parametrize("backend_kind", ["fake", "hf"])
 def test_random_walk_invariants(backend_kind: str, llama: HFModel) -> None:
     """50 random edits (type, backspace, retype, re-ask): exact, and cost = missing rows."""
