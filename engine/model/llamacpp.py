@@ -46,11 +46,14 @@ INSTALL_HINT = (
 DEFAULT_N_CTX = 4096  # cap on the context taken from the model's training length
 # sequence ids a context may use (llama.cpp allows 256): a tree takes one per branch, and
 # a wider one is scored a group of branches at a time. llama.cpp keeps a logits row per
-# sequence id however few are used: 256 rows of a 151,936-token vocabulary are 148 MiB, 32
-# are 18.5 MiB (covering trees of code have at most a handful of branches: 1 to 6 nodes
-# over 400 cuts of a Python file, SmolLM2's and Qwen2's tokenizers)
-N_SEQ_MAX = 32
-N_UBATCH = 128  # physical batch (llama.cpp's compute buffer holds its activations)
+# sequence id however few are used, and touches them all: 256 rows of a 151,936-token
+# vocabulary are 148 MiB, 16 are 9.3 MiB (covering trees of code have at most a handful of
+# branches: 1 to 6 nodes over 400 cuts of a Python file, SmolLM2's and Qwen2's tokenizers;
+# one id holds the scratch row, one the trunk, 14 are left for branches)
+N_SEQ_MAX = 16
+# physical batch: llama.cpp's compute buffer holds its activations. 64 rows rather than
+# 128 took 9 MiB less at Qwen2.5-Coder-1.5B's shape and prefilled as fast on a CPU
+N_UBATCH = 64
 # ggml types of the KV cache: K in BF16, V in F16 (llama.cpp's default is F16 for both).
 # Flash attention's vector kernel gives a query row the same values in any batch; its
 # tiled kernel (64 query rows or more) and split-KV kernel (a lone query row over 512

@@ -12,7 +12,7 @@ a covering tree maps onto cells like this (docs/design.md, "trunk and trie"):
   trunk's own id and every leaf id. A branch's id is then one context, the trunk plus
   the nodes down to its leaf, with one cell per position, as llama.cpp requires;
 * all new tokens (trunk and nodes) go in one batch (`LlamaContext.decode`, in slices of
-  at most 127 rows); new trunk tokens list the trunk id first (they see the trunk), a
+  at most 63 rows); new trunk tokens list the trunk id first (they see the trunk), a
   node lists one of its leaves first.
 
 Cells form a stack: rows sit in cells 0..R-1 in the order they were evaluated (parents
