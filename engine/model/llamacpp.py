@@ -258,7 +258,9 @@ class LlamaContext:
             end = min(n, start + self.rows_per_decode)
             part = slice(start, end)
             parts.append(self._decode_slice(tokens[part], positions[part], seqs[part], want[part]))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)  # a token: no copy
+        # a prefill chunk asks rows of its last slice only: no [L, V] copy then
+        parts = [p for p in parts if len(p)] or parts[:1]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _decode_slice(
         self,
