@@ -43,47 +43,71 @@ BPE_MEMO_WORDS = 1 << 15  # pre-tokens whose BPE is kept (least recently used dr
 
 class MergeTable:
     """Merges (left, right) -> (rank, result), packed into one dict of plain ints: key
-    ``left * stride + right``, value ``rank * stride + result`` (``stride``: above every
-    id). A dict of int tuples holds five objects per merge (37 MiB for Qwen2's 151k
-    merges); this one holds two (14 MiB), and a lookup builds no tuple.
+    ``left * stride + right`` (``stride``: above every id), value the merge's place ``k``
+    in (rank, result) order, whose result is ``results[k]`` and rank ``ranks[k]`` (``k``
+    itself where ``ranks`` is None: merges in normal form, each rank forming one token).
+    A dict of int tuples holds five objects per merge (37 MiB for Qwen2's 151k merges);
+    this one holds one, its key (10 MiB with the dict), when its values are the
+    tokenizer's own id objects (``ids``, shared with ``bytes_to_id``), and a lookup builds
+    no tuple.
 
-    Packed values compare as (rank, result): lowest rank first, as BPE applies them (in
-    normal form each rank forms one token, so the order is the ranks').
+    Values compare as (rank, result) do: lowest rank first, as BPE applies them.
 
     >>> table = MergeTable.of({(1, 2): (0, 4), (4, 3): (1, 5)})
     >>> table.get(4, 3), table.get(3, 4), len(table)
     ((1, 5), None, 2)
     """
 
-    __slots__ = ("packed", "stride")
+    __slots__ = ("packed", "ranks", "results", "stride")
 
-    def __init__(self, packed: dict[int, int], stride: int) -> None:
+    def __init__(
+        self, packed: dict[int, int], stride: int, results: list[int], ranks: np.ndarray | None
+    ) -> None:
         self.packed = packed
         self.stride = stride
+        self.results = results
+        self.ranks = ranks
 
     @classmethod
     def of(cls, merges: Mapping[tuple[int, int], tuple[int, int]]) -> MergeTable:
         """The table of a (left, right) -> (rank, result) mapping (tests, small tables)."""
         stride = max([x for (a, b), (_, out) in merges.items() for x in (a, b, out)], default=0) + 1
-        return cls(
-            {a * stride + b: r * stride + out for (a, b), (r, out) in merges.items()}, stride
-        )
+        order = sorted(set(merges.values()))
+        place = {pair: k for k, pair in enumerate(order)}
+        packed = {a * stride + b: place[pair] for (a, b), pair in merges.items()}
+        ranks = np.array([r for r, _ in order], dtype=np.int64)
+        return cls(packed, stride, [out for _, out in order], ranks)
 
     @classmethod
     def of_normal_form(
-        cls, left: np.ndarray, right: np.ndarray, rank: np.ndarray, formed: np.ndarray
+        cls,
+        left: np.ndarray,
+        right: np.ndarray,
+        rank: np.ndarray,
+        formed: np.ndarray,
+        ids: Sequence[int] | None = None,
     ) -> MergeTable:
         """The merges that form the tokens ``formed`` (ids whose ``left``, ``right`` and
-        ``rank`` say how), packed with numpy at once; ``stride`` is the vocabulary size."""
+        ``rank`` say how), packed with numpy at once; ``stride`` is the vocabulary size.
+        ``ids[i]`` is the int object for ``i`` (at least ``len(left)`` of them): values
+        and results are those objects, not new ones."""
         stride = len(left)
+        if ids is None:
+            ids = list(range(stride))
+        formed = formed[np.lexsort((formed, rank[formed]))]  # (rank, result) order
         keys = left[formed].astype(np.int64) * stride + right[formed]
-        values = rank[formed].astype(np.int64) * stride + formed
-        return cls(dict(zip(keys.tolist(), values.tolist(), strict=True)), stride)
+        ranks = rank[formed].astype(np.int64)
+        packed = dict(zip(keys.tolist(), ids[: len(formed)], strict=True))
+        results = [ids[t] for t in formed.tolist()]
+        identity = np.array_equal(ranks, np.arange(len(formed)))
+        return cls(packed, stride, results, None if identity else ranks)
 
     def get(self, left: int, right: int) -> tuple[int, int] | None:
         """(rank, result) of the merge of ``left`` and ``right``; None if there is none."""
-        hit = self.packed.get(left * self.stride + right)
-        return None if hit is None else divmod(hit, self.stride)
+        k = self.packed.get(left * self.stride + right)
+        if k is None:
+            return None
+        return (k if self.ranks is None else int(self.ranks[k])), self.results[k]
 
     def __len__(self) -> int:
         return len(self.packed)
@@ -139,8 +163,11 @@ class BPETokenizer:
         self.ignore_merges = ignore_merges
         self.source = source
         self.digest = digest  # content hash of the tokenizer file: key of derived on-disk caches
+        # one int object per id, shared by the tables below (a value ``enumerate`` makes is
+        # an object of its own: 4 MiB each time at 151k tokens)
+        ids = list(range(self.size))
         self.bytes_to_id: dict[bytes, int] = {
-            b: i for i, b in enumerate(token_bytes) if b is not None
+            b: ids[i] for i, b in enumerate(token_bytes) if b is not None
         }
         self.special_ids = sorted(a.id for a in added if a.special)
         self.added_text = {a.content: a.id for a in added if not a.special}
@@ -154,7 +181,7 @@ class BPETokenizer:
         self.byte_ids = np.array([self.bytes_to_id.get(bytes([b]), -1) for b in range(256)])
         # (left, right) -> (rank, result) in normal form, packed
         self.merges = MergeTable.of_normal_form(
-            left, right, rank, np.flatnonzero((left >= 0) & self.reachable)
+            left, right, rank, np.flatnonzero((left >= 0) & self.reachable), ids
         )
         self._added_re = (
             regex.compile(
@@ -225,17 +252,17 @@ class BPETokenizer:
 
 def bpe_apply(symbols: Sequence[int], merges: MergeTable) -> list[int]:
     """Apply merges lowest rank first, leftmost first among equals (the HF heap order)."""
-    get, stride = merges.packed.get, merges.stride
+    get, stride, results = merges.packed.get, merges.stride, merges.results
     syms = list(symbols)
     while len(syms) > 1:
-        best, at = None, 0  # the packed (rank, result) of the first lowest merge, and where
+        best, at = None, 0  # the (rank, result) place of the first lowest merge, and where
         for pos in range(len(syms) - 1):
             hit = get(syms[pos] * stride + syms[pos + 1])
             if hit is not None and (best is None or hit < best):
                 best, at = hit, pos
         if best is None:
             break
-        syms[at : at + 2] = [best % stride]
+        syms[at : at + 2] = [results[best]]
     return syms
 
 

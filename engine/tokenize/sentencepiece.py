@@ -122,7 +122,6 @@ class SentencePieceTokenizer(BPETokenizer):
         self.is_added[list(self.added_text.values())] = True
         self._check_added(file=source)
         # canonical single bytes: an ASCII atom, else its fallback token (never both)
-        self.bytes_to_id = {b: i for i, b in enumerate(token_bytes) if b is not None}
         for b in range(256):
             one = bytes([b])
             self.bytes_to_id[one] = atom_id.get(chr(b), fallback[b]) if b < 0x80 else fallback[b]
@@ -403,12 +402,12 @@ def bpe_heap(symbols: Sequence[int], merges: MergeTable) -> list[int]:
     >>> bpe_heap([0, 0, 0, 0, 0], merges)
     [1, 2]
     """
-    get, stride = merges.packed.get, merges.stride
+    get, stride, results = merges.packed.get, merges.stride, merges.results
     sym = [int(t) for t in symbols]
     n = len(sym)
     after = list(range(1, n + 1))  # the next live position (n: none)
     before = list(range(-1, n - 1))
-    # entries (packed (rank, result), position, left, right): lowest rank first
+    # entries ((rank, result) place, position, left, right): lowest rank first
     heap = [
         (hit, i, sym[i], sym[i + 1])
         for i in range(n - 1)
@@ -420,7 +419,7 @@ def bpe_heap(symbols: Sequence[int], merges: MergeTable) -> list[int]:
         j = after[i]
         if j >= n or sym[i] != a or sym[j] != b:
             continue  # stale: a merge changed one side (a merged token never equals a part)
-        sym[i] = hit % stride
+        sym[i] = results[hit]
         sym[j] = -1  # dead
         after[i] = after[j]
         if after[j] < n:
