@@ -50,7 +50,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import BackendError, ForwardStopped
-from .forward_plan import ForwardStep, TokenPath, _list_lcp, _Plan, _Planner
+from .forward_plan import ForwardStep, HeldKey, TokenPath, _list_lcp, _Plan, _Planner
 from .kvcache import prefix_run
 
 __all__ = [
@@ -140,7 +140,7 @@ class ScoringModel(Protocol):
 # --------------------------------------------------------------------------------------
 
 
-_PINNED_NODES = 8  # a wide tree's nodes beyond these are not pinned: 1 MB a row at 128k
+_PINNED_NODES = 4  # a wide tree's nodes beyond these are not pinned: 1 MB a row at 128k
 
 
 class TreeScoringSession(ABC):
@@ -154,9 +154,15 @@ class TreeScoringSession(ABC):
     whose K/V is cached but whose log-probs are not (e.g. the trunk end after a
     long backspace) is evaluated again and counted in `inference_tokens`.
 
+    A backend that sets `hold_last_tree` also keeps the pinned *nodes* while the trunk
+    grows past them (held rows, after the nodes): on the keystroke after a completion,
+    the last tree's nodes are asked again, and their rows and log-probs are still there.
+
     Subclasses must call `super().__init__` and implement `_apply`, `_clear` and
     `cache_len`.
     """
+
+    hold_last_tree = False
 
     def __init__(
         self,
@@ -177,6 +183,9 @@ class TreeScoringSession(ABC):
         self._nodes: dict[TokenPath, int] = {}  # trie node (relative to trunk) -> cache row
         self._lp: dict[int, np.ndarray] = {}  # cache row -> float64 [vocab] next-token log-probs
         self._pinned: set[int] = set()  # rows of the last tree: their _lp outlives the window
+        # pinned nodes of earlier trees that the cache keeps though no call asks them (on
+        # backends that `hold_last_tree`): (rows of _ctx the path hangs after, path) -> row
+        self._held: dict[HeldKey, int] = {}
 
     # -- public API -----------------------------------------------------------------------
 
@@ -216,7 +225,15 @@ class TreeScoringSession(ABC):
                 "path () needs a context: the trunk is empty and the session has no bos_id"
             )
         plan = _Planner(
-            self._ctx, self._nodes, set(self._lp), ctx, wanted, self.trunk_logits_window, lcp
+            self._ctx,
+            self._nodes,
+            set(self._lp),
+            ctx,
+            wanted,
+            self.trunk_logits_window,
+            lcp,
+            self._held,
+            self._pinned if self.hold_last_tree else None,
         ).build()
         try:
             new_lp = self._timed_apply(plan.step)
@@ -269,8 +286,24 @@ class TreeScoringSession(ABC):
         yield
 
     def expected_cache_len(self) -> int:
-        """bos? + trunk + distinct trie nodes of the last call: what `cache_len` must be."""
-        return len(self._ctx) + len(self._nodes)
+        """bos? + trunk + distinct trie nodes of the last call + held rows: what
+        `cache_len` must be."""
+        return len(self._ctx) + len(self._nodes) + len(self._held)
+
+    def cached_contexts(self) -> set[tuple[int, ...]]:
+        """The absolute context (bos? + tokens) of every cached row: what tests check the
+        cost of a call against.
+
+        Example:
+            >>> from midword.engine.model.fake import FakeModel
+            >>> s = FakeModel(20).session(bos_id=0)
+            >>> _ = s.logprobs([3], [(4, 5)])
+            >>> sorted(s.cached_contexts())
+            [(0,), (0, 3), (0, 3, 4), (0, 3, 4, 5)]
+        """
+        ctx = tuple(int(t) for t in self._ctx)
+        rows = {ctx[: i + 1] for i in range(len(ctx))} | {ctx + p for p in self._nodes}
+        return rows | {ctx[:anchor] + p for anchor, p in self._held}
 
     def reset(self) -> None:
         """Drop the cache and all remembered log-probs (the counter keeps running)."""
@@ -304,6 +337,7 @@ class TreeScoringSession(ABC):
         self._nodes = {}
         self._lp = {}
         self._pinned = set()
+        self._held = {}
 
     def _keep_leading_rows(self, keep: np.ndarray) -> None:
         """After a stopped pass: keep the trunk rows that the pass kept in place (a
@@ -316,6 +350,7 @@ class TreeScoringSession(ABC):
         self._trunk = self._trunk[: len(self._trunk) - dropped] if dropped else self._trunk
         self._ctx = self._ctx[:rows]
         self._nodes = {}
+        self._held = {}
         self._lp = {row: v for row, v in self._lp.items() if row < rows}
         self._pinned = {row for row in self._pinned if row < rows}
 
@@ -328,13 +363,20 @@ class TreeScoringSession(ABC):
             lp[int(plan.new_rows[q])] = values
         self._ctx, self._trunk = ctx, trunk
         self._nodes = {p: len(ctx) + j for j, p in enumerate(plan.nodes)}
+        first_held = len(ctx) + len(plan.nodes)
+        self._held = {key: first_held + i for i, key in enumerate(plan.held)}
         if plan.nodes:  # a tree: pin its trunk end and its first nodes
             self._pinned = {
                 *range(len(ctx) - 1, len(ctx)),
                 *list(self._nodes.values())[:_PINNED_NODES],
             }
         else:  # the rows of the last tree that stayed (the trunk may have grown into them)
-            self._pinned = {row for row, old in plan.lp_rows.items() if old in self._pinned}
+            n_prefix = len(step.keep) - len(plan.moved)  # kept in place: rows 0..n_prefix-1
+            self._pinned = {
+                old if old < n_prefix else plan.moved[old]
+                for old in self._pinned
+                if old < n_prefix or old in plan.moved
+            }
         oldest = len(ctx) - self.trunk_logits_window
         self._lp = {row: v for row, v in lp.items() if row >= oldest or row in self._pinned}
         self.inference_tokens += len(step.tokens)

@@ -70,9 +70,14 @@ class FakeModel:
         rows = [self.next_logprobs(ctx[: i + 1]) for i in range(len(ctx))]
         return np.stack(rows) if rows else np.zeros((0, self.vocab_size))
 
-    def session(self, bos_id: int | None = None, trunk_logits_window: int = 8) -> FakeSession:
-        """A new `FakeSession` over this model."""
-        return FakeSession(self, bos_id=bos_id, trunk_logits_window=trunk_logits_window)
+    def session(
+        self, bos_id: int | None = None, trunk_logits_window: int = 8, hold_last_tree: bool = False
+    ) -> FakeSession:
+        """A new `FakeSession` over this model (``hold_last_tree``: keep the last tree's
+        nodes as llama.cpp sessions do, see `TreeScoringSession`)."""
+        session = FakeSession(self, bos_id=bos_id, trunk_logits_window=trunk_logits_window)
+        session.hold_last_tree = hold_last_tree
+        return session
 
     def _logprobs_for_hash(self, h: int) -> np.ndarray:
         rng = np.random.default_rng((self.seed, h))

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 TokenPath = tuple[int, ...]
+# a held row: (how many rows of bos? + trunk its path hangs after, the path from there)
+HeldKey = tuple[int, TokenPath]
 
 __all__ = ["ForwardStep", "TokenPath"]
 
@@ -126,6 +128,8 @@ class _Plan:
     nodes: list[TokenPath]  # distinct non-empty path prefixes, parents first (final rows T..)
     new_rows: np.ndarray  # [Q] final row of each new token
     lp_rows: dict[int, int] = field(default_factory=dict)  # final row -> old row with stored lp
+    held: list[HeldKey] = field(default_factory=list)  # rows kept unasked, after the nodes
+    moved: dict[int, int] = field(default_factory=dict)  # old row -> final row (after prefix)
 
 
 def _common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
@@ -188,8 +192,13 @@ class _Planner:
         paths: list[TokenPath],
         window: int,
         lcp: int | None = None,
+        old_held: dict[HeldKey, int] | None = None,
+        hold: set[int] | None = None,
     ) -> None:
         self.old_ctx, self.old_nodes, self.old_lp = old_ctx, old_nodes, old_lp
+        # rows of earlier trees (old nodes, old held rows) kept though this call does not
+        # ask them, while their context stays: `hold` says which may be
+        self.old_held, self.hold = old_held or {}, hold or set()
         self.ctx, self.paths, self.window = ctx, paths, window
         self.nodes = _distinct_prefixes(paths)
         self.endpoints = {p for p in paths if p}
@@ -205,23 +214,31 @@ class _Planner:
         c = self.lcp
         limit = len(self.ctx) - c + max((len(p) for p in self.nodes), default=0)
         root: dict[int, _Entry] = {}
-        level = root
+        levels = [root]  # levels[i]: the index after old_ctx[c : c + i]
         stop = min(len(self.old_ctx), c + limit)
         for i in range(c, stop):
             entry = _Entry(i)
-            level[int(self.old_ctx[i])] = entry
-            level = entry.children
-        if stop < len(self.old_ctx):
-            return root
+            levels[-1][int(self.old_ctx[i])] = entry
+            levels.append(entry.children)
+        if stop == len(self.old_ctx):
+            self._index_paths(levels[-1], self.old_nodes, limit - (stop - c))
+        for anchor in sorted({a for a, _ in self.old_held if c <= a <= stop}):
+            here = {p: row for (a, p), row in self.old_held.items() if a == anchor}
+            self._index_paths(levels[anchor - c], here, limit - (anchor - c))
+        return root
+
+    @staticmethod
+    def _index_paths(level: dict[int, _Entry], rows: dict[TokenPath, int], limit: int) -> None:
+        """Hang the rows of a trie of paths under `level` (none deeper than `limit`; an
+        entry already there wins: it is the same context)."""
         by_path: dict[TokenPath, dict[int, _Entry]] = {(): level}
-        for path in sorted(self.old_nodes, key=len):
+        for path in sorted(rows, key=len):
             parent = by_path.get(path[:-1])
-            if parent is None or len(self.old_ctx) - c + len(path) > limit:
+            if parent is None or len(path) > limit or path[-1] in parent:
                 continue
-            entry = _Entry(self.old_nodes[path])
+            entry = _Entry(rows[path])
             parent[path[-1]] = entry
             by_path[path] = entry.children
-        return root
 
     def build(self) -> _Plan:
         """Match needed rows to old rows, then lay out the kept and new rows.
@@ -233,24 +250,30 @@ class _Planner:
         node_old = self._match_nodes(level)
         kept_nodes = [p for p in self.nodes if node_old[p] is not None]
         new_nodes = [p for p in self.nodes if node_old[p] is None]
+        held = self._held({*tail, *(node_old[p] for p in kept_nodes)})
         n_trunk_old = n_prefix + len(tail)
-        keep_tail = tail + [node_old[p] for p in kept_nodes]  # old rows kept after the prefix
+        # old rows kept after the prefix: trunk, nodes, held rows
+        keep_tail = tail + [node_old[p] for p in kept_nodes] + list(held.values())
         t = len(self.ctx)
         n_keep, n_new_trunk = n_prefix + len(keep_tail), t - n_trunk_old
         n_rows = n_keep + n_new_trunk + len(new_nodes)
         layout = {p: n_trunk_old + k for k, p in enumerate(kept_nodes)}  # row before `order`
         layout.update({p: n_keep + n_new_trunk + j for j, p in enumerate(new_nodes)})
+        held_at = n_trunk_old + len(kept_nodes)
+        held_layout = {key: held_at + i for i, key in enumerate(held)}
 
+        trunk_rows = np.concatenate(
+            (np.arange(n_trunk_old), np.arange(n_keep, n_keep + n_new_trunk))
+        ).astype(np.int64, copy=False)  # [T] row of each trunk token, in context order
         row_parent = np.arange(-1, n_rows - 1, dtype=np.int64)  # [K+Q] chains the trunk rows
         if n_new_trunk:
             row_parent[n_keep] = n_trunk_old - 1  # the first new trunk token follows the old
         trunk_end = n_keep + n_new_trunk - 1 if n_new_trunk else n_trunk_old - 1
         for path, row in layout.items():
             row_parent[row] = layout[path[:-1]] if len(path) > 1 else trunk_end
-
-        trunk_rows = np.concatenate(
-            (np.arange(n_trunk_old), np.arange(n_keep, n_keep + n_new_trunk))
-        ).astype(np.int64, copy=False)  # [T] row of each trunk token, in context order
+        for (anchor, path), row in held_layout.items():
+            parent = held_layout[(anchor, path[:-1])] if len(path) > 1 else trunk_rows[anchor - 1]
+            row_parent[row] = parent
         n_lp_trunk = min(self.window, n_new_trunk)
         step = ForwardStep(
             keep=np.concatenate((np.arange(n_prefix), keep_tail)).astype(np.int64, copy=False),
@@ -263,19 +286,47 @@ class _Planner:
             row_parent=row_parent,
             trunk_rows=trunk_rows,
             logit_queries=np.arange(n_new_trunk - n_lp_trunk, n_rows - n_keep, dtype=np.int64),
-            order=np.concatenate((trunk_rows, [layout[p] for p in self.nodes])).astype(
-                np.int64, copy=False
-            ),
+            order=np.concatenate(
+                (trunk_rows, [layout[p] for p in self.nodes], list(held_layout.values()))
+            ).astype(np.int64, copy=False),
         )
-        # final rows: the trunk in order (0..t-1), then the nodes in `self.nodes` order
+        # final rows: the trunk in order (0..t-1), the nodes in `self.nodes` order, the held
         final_node = {p: t + i for i, p in enumerate(self.nodes)}
         new_rows = [*range(n_trunk_old, t), *(final_node[p] for p in new_nodes)]
-        kept_final = [final_node[p] for p in kept_nodes]  # of keep[n_trunk_old + i]
+        first_held = t + len(self.nodes)
+        kept_final = [final_node[p] for p in kept_nodes] + [  # of keep[n_trunk_old + i]
+            first_held + i for i in range(len(held))
+        ]
+        final_of = [*range(n_prefix, n_trunk_old), *kept_final]  # of keep_tail[i]
         lp_rows = {
             (k if k < n_trunk_old else kept_final[k - n_trunk_old]): old
             for old, k in self._kept_at(keep_tail, n_prefix).items()
         }
-        return _Plan(step, self.nodes, np.array(new_rows, dtype=np.int64), lp_rows)
+        moved = dict(zip(keep_tail, final_of, strict=True))
+        new_rows_array = np.array(new_rows, dtype=np.int64)
+        return _Plan(step, self.nodes, new_rows_array, lp_rows, list(held), moved)
+
+    def _held(self, used: set[int]) -> dict[HeldKey, int]:
+        """Old rows of earlier trees to keep though this call does not ask them: those in
+        `hold` that it does not use, whose context the new one still starts with, keyed
+        again from where they leave the new trunk, parents first (a row whose parent is
+        not kept goes). A call that asks nodes holds none: it is the next tree, whose
+        nodes are pinned in their place (on llama.cpp a held row costs an id in a tree's
+        step, and a tree short of ids is scored in several decodes)."""
+        if self.nodes or not self.hold:
+            return {}
+        candidates = [((len(self.old_ctx), p), row) for p, row in self.old_nodes.items()]
+        candidates += list(self.old_held.items())
+        candidates.sort(key=lambda item: len(item[0][1]))
+        ctx, held = self.ctx, {}
+        for (anchor, path), row in candidates:
+            if row not in self.hold or row in used or not 0 < anchor <= self.lcp:
+                continue
+            while path and anchor < len(ctx) and ctx[anchor] == path[0]:
+                anchor, path = anchor + 1, path[1:]  # the trunk runs through its first rows
+            if path and (len(path) == 1 or (anchor, path[:-1]) in held):
+                held[(anchor, path)] = row
+        return held
 
     def _kept_at(self, keep_tail: list[int], n_prefix: int) -> dict[int, int]:
         """Old row -> its place in `keep`, for the few old rows that hold log-probs (the

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -74,8 +74,8 @@ class _Layout:
         ...     positions=np.array([1, 2, 1]), row_parent=np.array([-1, 0, 1, 0]),
         ...     trunk_rows=np.arange(1), logit_queries=np.arange(3), order=np.arange(4))
         >>> lay = _Layout.of(step, np.array([0]), np.array([5]))
-        >>> lay.leaves, lay.below
-        ([2, 3], {2: [0], 1: [0], 3: [1]})
+        >>> lay.leaves, lay.below, lay.anchor
+        ([2, 3], {2: [0], 1: [0], 3: [1]}, [1, 1])
     """
 
     pos: np.ndarray  # [K+Q] position of each row
@@ -83,6 +83,9 @@ class _Layout:
     is_trunk: np.ndarray  # [K+Q] bool
     leaves: list[int]  # trie rows no trie row extends, ascending
     below: dict[int, list[int]]  # trie row -> indices into `leaves` of the leaves under it
+    # [leaves] position of the top trie row above each leaf: the leaf's context holds the
+    # trunk's rows below it only (a held row hangs off an earlier trunk row)
+    anchor: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, step: ForwardStep, old_pos: np.ndarray, old_tok: np.ndarray) -> _Layout:
@@ -96,12 +99,19 @@ class _Layout:
         has_child[parents[parents >= 0]] = True
         leaves = [int(r) for r in trie if not has_child[r]]
         below: dict[int, list[int]] = {}
+        anchor = []
         for j, leaf in enumerate(leaves):
-            row = leaf
+            row = top = leaf
             while row >= 0 and not is_trunk[row]:
                 below.setdefault(row, []).append(j)
-                row = int(step.row_parent[row])
-        return cls(pos, tok, is_trunk, leaves, below)
+                row, top = int(step.row_parent[row]), row
+            anchor.append(int(pos[top]))
+        return cls(pos, tok, is_trunk, leaves, below, anchor)
+
+    def trunk_ids(self, position: int, trunk_id: int, leaf_ids: list[int]) -> list[int]:
+        """The ids of a trunk cell at `position`: the trunk's, and every leaf's whose
+        context reaches past it."""
+        return [trunk_id, *(s for s, a in zip(leaf_ids, self.anchor, strict=True) if a > position)]
 
 
 def _first_ids(lay: _Layout, trunk_id: int, leaf_ids: list[int]) -> np.ndarray:
@@ -133,6 +143,8 @@ class LlamaCppSession(TreeScoringSession):
         >>> session.cache_len()                                     # doctest: +SKIP
         5
     """
+
+    hold_last_tree = True  # a held node costs a cell and, on a tree's step, an id
 
     def __init__(
         self, model: LlamaModelLike, bos_id: int | None = None, trunk_logits_window: int = 8
@@ -219,8 +231,9 @@ class LlamaCppSession(TreeScoringSession):
         lay = _Layout.of(step, self._pos, self._tok)
         stay = self._staying(step)
         kept_ids = set(self._addr[step.keep][stay].tolist())
-        if not lay.leaves and stay.all() and len(kept_ids) == 1:
-            logprobs = self._apply_trunk(step, lay, kept_ids.pop())
+        trunk_id = self._on_top_of_trunk(step, lay, stay)
+        if trunk_id is not None:
+            logprobs = self._apply_trunk(step, lay, trunk_id)
         elif 1 + len(lay.leaves) + len(kept_ids) > self.llama.n_seq_max:
             logprobs = self._apply_wide(step, lay)
         else:
@@ -229,6 +242,21 @@ class LlamaCppSession(TreeScoringSession):
             a[step.order] for a in (lay.pos, lay.tok, self._addr, self._cell)
         )
         return logprobs
+
+    def _on_top_of_trunk(self, step: ForwardStep, lay: _Layout, stay: np.ndarray) -> int | None:
+        """The trunk's id when `step` only appends trunk tokens on top of rows that all
+        stay with their roles (trunk rows stay trunk rows, every trie row stays: the held
+        nodes of the last tree), so no cell needs other ids; else None."""
+        n_keep = len(step.keep)
+        if not lay.is_trunk[n_keep:].all() or not stay.all():
+            return None
+        was_trunk = step.keep < len(self._ctx)  # the old layout: trunk rows first
+        if not np.array_equal(was_trunk, lay.is_trunk[:n_keep]):
+            return None
+        if n_keep - int(was_trunk.sum()) != len(self._pos) - len(self._ctx):
+            return None  # a trie row went: its ids are on cells that stay
+        trunk_ids = set(self._addr[step.keep][was_trunk].tolist())
+        return trunk_ids.pop() if len(trunk_ids) == 1 else None
 
     def _staying(self, step: ForwardStep) -> np.ndarray:
         """bool [K]: which kept rows keep their cells. Cells are a stack: rows sit in
@@ -252,7 +280,7 @@ class LlamaCppSession(TreeScoringSession):
         free = [s for s in range(self.llama.n_seq_max) if s not in kept_ids]
         trunk_id, leaf_ids = free[0], free[1 : 1 + len(lay.leaves)]
         ids_of = self._ids_of(lay, trunk_id, leaf_ids)
-        self._retag(step, lay, ids_of, stay)
+        self._retag(step, lay, ids_of, stay, [trunk_id, *leaf_ids])
         for seq in kept_ids:  # frees every cell above the staying ones
             self.llama.seq_rm(seq)
         n_keep, n_stay = len(step.keep), int(stay.sum())
@@ -287,9 +315,8 @@ class LlamaCppSession(TreeScoringSession):
         two passes over the cells per token for nothing.
 
         Cells of that id above the staying rows (an old trunk's end) lose it by position,
-        which frees them; every other id goes with its cells (the nodes of a tree)."""
-        for seq in self._ids - {trunk_id}:
-            self.llama.seq_rm(seq)
+        which frees them; the held nodes keep their cells and ids (their contexts end
+        below the new tokens)."""
         n_keep = len(step.keep)
         dropped = np.ones(len(self._addr), dtype=bool)
         dropped[step.keep] = False
@@ -306,17 +333,21 @@ class LlamaCppSession(TreeScoringSession):
         )
         self._cell = np.concatenate([self._cell[step.keep], np.empty(len(rows), np.int64)])
         self._cell[rows] = n_keep + np.arange(len(rows))  # llama.cpp fills free cells upwards
-        self._pos, self._tok, self._ids = lay.pos, lay.tok, {trunk_id}
-        self._addr = np.full(len(lay.pos), trunk_id, dtype=np.int64)
+        self._pos, self._tok = lay.pos, lay.tok
+        self._addr = np.concatenate([self._addr[step.keep], np.full(len(rows), trunk_id)])
         return _in_query_order(rows_out, ascending)
 
     @staticmethod
     def _ids_of(lay: _Layout, trunk_id: int, leaf_ids: list[int]) -> Callable[[int], list[int]]:
         """Row -> its sequence ids, the one it attends by first."""
-        trunk_ids = [trunk_id, *leaf_ids]
+        every = [trunk_id, *leaf_ids]
+        lowest = min(lay.anchor, default=0)  # trunk cells below it carry every id
 
         def ids_of(row: int) -> list[int]:
-            return trunk_ids if lay.is_trunk[row] else [leaf_ids[j] for j in lay.below[row]]
+            if not lay.is_trunk[row]:
+                return [leaf_ids[j] for j in lay.below[row]]
+            position = int(lay.pos[row])
+            return every if position < lowest else lay.trunk_ids(position, trunk_id, leaf_ids)
 
         return ids_of
 
@@ -326,8 +357,10 @@ class LlamaCppSession(TreeScoringSession):
         lay: _Layout,
         ids_of: Callable[[int], list[int]],
         stay: np.ndarray,
+        trunk_ids: list[int],
     ) -> None:
-        """Add each staying cell's new ids, a run of trunk cells at a time."""
+        """Add each staying cell's new ids, a run of trunk cells at a time (a leaf's id
+        only up to its anchor: `_Layout.anchor`)."""
         n_keep = len(step.keep)
         if not stay.any():
             return
@@ -336,10 +369,17 @@ class LlamaCppSession(TreeScoringSession):
         starts = np.flatnonzero(np.concatenate([[True], ~joins]) & stay)
         last = np.flatnonzero(np.append(~joins, True))  # rows that end a run
         ends = last[np.searchsorted(last, starts)] + 1
+        ends_at = [0, *lay.anchor]  # of trunk_ids: the trunk's id has no end
         for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
             src, p0, p1 = int(addr[start]), int(pos[start]), int(pos[end - 1]) + 1
-            for dst in ids_of(start):
-                self.llama.seq_cp(src, dst, p0, p1)
+            if not lay.is_trunk[start]:
+                for dst in ids_of(start):
+                    self.llama.seq_cp(src, dst, p0, p1)
+                continue
+            for dst, stop in zip(trunk_ids, ends_at, strict=True):
+                top = p1 if dst == trunk_ids[0] else min(p1, stop)
+                if p0 < top:
+                    self.llama.seq_cp(src, dst, p0, top)
 
     # -- a tree wider than the free ids ---------------------------------------------------
 
@@ -361,16 +401,17 @@ class LlamaCppSession(TreeScoringSession):
         n_trunk = len(step.trunk_rows)
         room = self.llama.n_seq_max - 1
         leaf_ids = [s for s in range(self.llama.n_seq_max) if s != trunk_id][:room]
-        for first in range(0, len(lay.leaves), room):
-            group = range(first, min(first + room, len(lay.leaves)))
+        live = _live_leaves(lay, wanted, n_keep)  # held rows: nothing asks them, they go
+        for first in range(0, len(live), room):
+            group = {j: leaf_ids[k] for k, j in enumerate(live[first : first + room])}
             rows = sorted(r for r, under in lay.below.items() if any(j in group for j in under))
-            for j in group:
-                self.llama.seq_cp(trunk_id, leaf_ids[j - first], 0, n_trunk)
-            self._ids |= {leaf_ids[j - first] for j in group}
-            seqs = [[leaf_ids[j - first] for j in lay.below[r] if j in group] for r in rows]
+            for seq in group.values():
+                self.llama.seq_cp(trunk_id, seq, 0, n_trunk)
+            self._ids |= set(group.values())
+            seqs = [[group[j] for j in lay.below[r] if j in group] for r in rows]
             done += self._decode_rows(lay, rows, seqs, wanted, out)
-            for j in group:
-                self.llama.seq_rm(leaf_ids[j - first])
+            for seq in group.values():
+                self.llama.seq_rm(seq)
             self._ids = {trunk_id}
         self.inference_tokens += done - len(step.tokens)  # shared nodes, kept rows: again
         self._trimmed = True  # logprob_rows drops the nodes: only trunk rows are cached
@@ -398,6 +439,19 @@ class LlamaCppSession(TreeScoringSession):
         for i, values in zip(queries, lp, strict=True):
             out[wanted[rows[i]]] = values
         return len(rows)
+
+
+def _live_leaves(lay: _Layout, wanted: dict[int, int], n_keep: int) -> list[int]:
+    """Indices of the leaves whose branch holds a row asked for or a new token.
+
+    Example (4 kept rows: a trunk of 2, node 2 asked, node 3 held; then a new token):
+        >>> lay = _Layout(np.arange(5), np.arange(5), np.array([1, 1, 0, 0, 1], bool),
+        ...     [2, 3], {2: [0], 3: [1]}, [2, 2])
+        >>> _live_leaves(lay, {2: 0}, 4), _live_leaves(lay, {}, 2)
+        ([0], [0, 1])
+    """
+    live = {j for row, under in lay.below.items() if row in wanted or row >= n_keep for j in under}
+    return sorted(live)
 
 
 def _in_query_order(rows: np.ndarray, ascending: np.ndarray) -> np.ndarray:

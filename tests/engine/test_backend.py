@@ -125,8 +125,10 @@ def check_call(
     worst = 0.0
     for path, row in zip(paths, lp, strict=True):
         worst = max(worst, row_error(row, oracle(ctx + path)))
-    assert session.cache_len() == len(ctx) + len(distinct_nodes(paths))
     assert session.cache_len() == session.expected_cache_len()
+    assert needed_keys(ctx, paths) <= session.cached_contexts()
+    if not session.hold_last_tree:  # else the last tree's nodes may stay too
+        assert session.cache_len() == len(ctx) + len(distinct_nodes(paths))
     return worst
 
 
@@ -338,26 +340,63 @@ def test_last_tree_keeps_its_log_probs_through_a_completion(
     call(trunk, [()], cost=1)  # the older tree's: no longer pinned, out of the window
 
 
-@pytest.mark.parametrize("backend_kind", ["fake", "hf"])
+def test_held_nodes_of_the_last_tree() -> None:
+    """On a session that holds the last tree (llama.cpp's), a completion keeps the tree's
+    nodes: the next keystroke's tree costs nothing, even where the completion began with
+    one of the nodes (its children hang under the trunk then). A trunk that leaves their
+    context drops them; a newer tree replaces them."""
+    model = FakeModel(ARCHS["llama"], seed=5)
+    oracle = Oracle(model)
+    s = model.session(bos_id=1, trunk_logits_window=2, hold_last_tree=True)
+
+    def call(trunk: list[int], paths: list[TokenPath], cost: int) -> None:
+        before = s.inference_tokens
+        assert check_call(s, oracle, 1, trunk, paths) <= ATOL
+        assert s.inference_tokens - before == cost
+
+    trunk, tree = [5, 6, 7], [(), (8,), (8, 9), (10,)]
+    call(trunk, tree, cost=7)
+    for n in range(1, 5):  # a completion that starts off the tree
+        call([*trunk, 20, 21, 22, 23][: 3 + n], [()], cost=1)
+    assert s.cache_len() == 4 + 4 + 3  # bos, trunk, the completion, 3 held nodes
+    call(trunk, tree, cost=0)
+    for n in range(1, 4):  # one that starts with the node (8,)
+        call([*trunk, 8, 11, 12][: 3 + n], [()], cost=0 if n == 1 else 1)
+    call(trunk, tree, cost=0)
+    call([*trunk, 30], [(), (31,)], cost=2)  # a newer tree: the older one is not held
+    call([*trunk, 30, 32, 33], [()], cost=2)
+    call(trunk, tree, cost=4)  # only the trunk end stayed (a trunk row)
+    call([5, 40], [()], cost=1)  # the trunk leaves the tree's context
+    assert s._held == {} and s.cache_len() == 3
+
+
+@pytest.mark.parametrize("backend_kind", ["fake", "fake-holding", "hf"])
 def test_random_walk_invariants(backend_kind: str, llama: HFModel) -> None:
-    """50 random edits (type, backspace, retype, re-ask): exact, and cost = missing rows."""
+    """50 random edits (type, backspace, retype, generate, re-ask): exact, and cost =
+    missing rows. A session that holds the last tree's nodes (as llama.cpp's does) must
+    hold some, and what it holds must be what it says."""
     model: HFModel | FakeModel = llama if backend_kind == "hf" else FakeModel(1000, seed=9)
     oracle, rng = Oracle(model), random.Random(2024)
+    reused_held = 0
     for bos in (None, 1):
         session = model.session(bos_id=bos, trunk_logits_window=10**9)
+        session.hold_last_tree = backend_kind == "fake-holding"
         trunk: list[int] = [40, 41]
-        held: set[tuple[int, ...]] = set()
         for _ in range(50):
             trunk = random_edit(rng, trunk)
             paths = random_tree(rng, range(3, 7), size=rng.randrange(0, 8))
+            if rng.random() < 0.3:  # a completion: the trunk grows one token at a time
+                paths = [()]
             if not trunk and bos is None:
                 paths = [p for p in paths if p]
             ctx = context_of(bos, trunk)
-            need = needed_keys(ctx, paths)
+            need, cached = needed_keys(ctx, paths), session.cached_contexts()
+            held = {ctx[:anchor] + p for anchor, p in session._held}
             before = session.inference_tokens
             assert check_call(session, oracle, bos, trunk, paths) <= ATOL
-            assert session.inference_tokens - before == len(need - held)
-            held = need
+            assert session.inference_tokens - before == len(need - cached)
+            reused_held += len(need & held)
+    assert (reused_held > 0) == (backend_kind == "fake-holding")
 
 
 def random_edit(rng: random.Random, trunk: list[int]) -> list[int]:

@@ -202,6 +202,38 @@ def test_typing_backspace_and_edits_keep_matching(tiny, qtype: str) -> None:
     assert session.decodes <= 26
 
 
+@pytest.mark.parametrize("which", ["smol", "F32", "Q8_0"])
+def test_the_last_tree_is_held_through_a_completion(smol, tiny, which: str) -> None:
+    """The editor's loop: a keystroke's tree, a completion of one-token decodes, the next
+    keystroke's tree. The tree's nodes stay in their cells with their ids (held) while
+    the completion's tokens go on top under the trunk's id (no re-tagging), so the next
+    tree evaluates nothing, also after a completion that began with one of its nodes;
+    every row stays exact and every id one context."""
+    model = smol if which == "smol" else tiny[which]
+    session = model.session(bos_id=model.bos_token_id)
+    retags: list[tuple[int, ...]] = []
+    seq_cp = session.llama.seq_cp
+    session.llama.seq_cp = lambda *args: (retags.append(args), seq_cp(*args))[1]
+    trunk, tree = [15, 16, 17], [(), (30,), (30, 40), (31,)]
+
+    def ask(trunk: list[int], paths: list[tuple[int, ...]]) -> int:
+        before = session.inference_tokens
+        check_rows(model, session, trunk, paths, session.logprobs(trunk, paths))
+        check_cells(session)
+        return session.inference_tokens - before
+
+    assert ask(trunk, tree) == 7
+    retags.clear()
+    for n in range(1, 7):  # a completion that starts off the tree
+        assert ask([*trunk, *range(50, 50 + n)], [()]) == 1
+    assert retags == [] and session.cache_len() == 1 + 3 + 6 + 3
+    assert ask(trunk, tree) == 0
+    completion = [[*trunk, 30], [*trunk, 30, 60], [*trunk, 30, 60, 61]]  # starts with (30,)
+    assert [ask(t, [()]) for t in completion] == [0, 1, 1]
+    assert ask(trunk, tree) == 0
+    session.close()
+
+
 def test_float_weights_give_each_row_whatever_the_batching(tiny) -> None:
     """One sequence decoded all at once or one token per decode gives bitwise the same
     rows for float weights too (they once differed by 1.5e-7 in F32 and 1.1e-4 in F16:
