@@ -32,6 +32,7 @@ __all__ = [
     "bpe_apply",
     "bpe_last_merge",
     "cache_root",
+    "narrow_ids",
     "reorder_merges",
     "sorted_vocabulary",
 ]
@@ -152,8 +153,9 @@ class BPETokenizer:
     ) -> None:
         self.token_bytes = token_bytes
         self.size = len(token_bytes)
-        self.left = left
-        self.right = right
+        # (ids in 4 bytes: 1.2 MiB less at 151k tokens; ranks keep NO_MERGE's 8)
+        self.left = narrow_ids(left)
+        self.right = narrow_ids(right)
         self.rank = rank
         self.pretokenizer = pretokenizer
         self.normalize = normalize
@@ -248,6 +250,17 @@ class BPETokenizer:
 
     def is_special(self, token_id: int) -> bool:
         return 0 <= token_id < self.size and self.token_bytes[token_id] is None
+
+
+def narrow_ids(values: np.ndarray) -> np.ndarray:
+    """Integer ``values`` (token ids, ranks, offsets, -1 for none) as int32 where they all
+    fit, else as they are: tables indexed by token id take half the memory.
+
+    >>> narrow_ids(np.array([-1, 5, 2**31 - 1])).dtype, narrow_ids(np.array([2**31])).dtype
+    (dtype('int32'), dtype('int64'))
+    """
+    low, high = (int(values.min()), int(values.max())) if values.size else (0, 0)
+    return values.astype(np.int32, copy=False) if low >= -(2**31) and high < 2**31 else values
 
 
 def bpe_apply(symbols: Sequence[int], merges: MergeTable) -> list[int]:
