@@ -30,11 +30,13 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
 from ..errors import BackendError
 from ..model.backend import ScoringModel, ScoringSession, TreeScoringSession
+from ..tokenize.bpe import BPETokenizer
 from ..tree.tables import Engine
 from ..tree.vct import VCT, Tree
 from .start import choose_start, tokenizer_facts
@@ -164,10 +166,9 @@ class ByteSampler:
         self.start_id = start_token(model, engine) if start_id is None else start_id
         self.session: ScoringSession = model.session(bos_id=self.start_id)
         self.vct = VCT(engine)
-        # token byte lengths as Python ints: a node's offset sums a few of them per keystroke
-        self._lengths = [len(b) if b is not None else 0 for b in tok.token_bytes]
-        self._bytes = BytesByPosition(tok.token_bytes)  # byte k of every token, by k
-        self._length_array: np.ndarray | None = None  # _lengths as an array, once asked
+        # token byte lengths as Python ints (a node's offset sums a few of them per
+        # keystroke) and byte k of every token, by k: the tokenizer's, shared
+        self._lengths, self._bytes = token_tables(tok)
         self._special = np.array(
             [i for i in tok.special_ids if i < model.vocab_size], dtype=np.int64
         )
@@ -351,9 +352,7 @@ class ByteSampler:
         tree = leaf_set.tree
         offsets = np.array([tree.rest - sum(self._lengths[t] for t in n.path) for n in tree.nodes])
         at = offsets[leaf_set.node] if offsets.size else np.zeros(0, dtype=np.int64)
-        if self._length_array is None:
-            self._length_array = np.array(self._lengths, dtype=np.int64)
-        has = self._length_array[leaf_set.token] > at  # a special token has no bytes
+        has = self._bytes.lengths[leaf_set.token] > at  # a special token has no bytes
         out = np.full(leaf_set.size, -1, dtype=np.int64)
         out[has] = self._bytes.at(at[has], leaf_set.token[has])
         return out
@@ -412,16 +411,21 @@ def _node_scores(
 def _leaf_arrays(sc: _ScoredTree, owners: list[int], runs: list[np.ndarray]) -> LeafSet:
     """The `LeafSet` of runs of leaf tokens, run k hanging off node ``owners[k]``.
 
-    One concatenation per field and one add for all weights (the same sums, element by
-    element, as adding each run's node log-prob to its row's values): a tree's node that
-    ends at the prefix has almost the whole vocabulary as leaves.
+    One concatenation per field, and the weights filled run by run, each run's row values
+    plus its node's log-prob, in place: a tree's node that ends at the prefix has almost
+    the whole vocabulary as leaves, and [L] temporaries beside the weights (all the rows'
+    values, the node log-probs repeated) would be 2.3 MiB more at the peak at 151k tokens.
     """
     sizes = [run.size for run in runs]
     node = np.repeat(np.array(owners, dtype=np.int64), sizes)
     token = np.concatenate(runs).astype(np.int64, copy=False)
-    values = [sc.rows[i].take(run) for i, run in zip(owners, runs, strict=True)]
-    weights = np.concatenate(values).astype(np.float64, copy=False)
-    weights += np.repeat(sc.node_lp.take(owners), sizes)
+    weights = np.empty(token.size)
+    at = 0
+    for i, run in zip(owners, runs, strict=True):
+        part = weights[at : at + run.size]
+        part[:] = sc.rows[i].take(run)
+        part += sc.node_lp[i]  # (each element: the same float64 sum as before)
+        at += run.size
     return LeafSet(sc.tree, node, token, weights)
 
 
@@ -536,30 +540,61 @@ def _bucket_logsumexp(buckets: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
+# per tokenizer: `token_tables` (weak keys: a tokenizer no longer used takes its tables along)
+_TOKEN_TABLES: WeakKeyDictionary[BPETokenizer, tuple[list[int], BytesByPosition]] = (
+    WeakKeyDictionary()
+)
+
+
+def token_tables(tok: BPETokenizer) -> tuple[list[int], BytesByPosition]:
+    """(byte length of every token as a Python int, its `BytesByPosition`): made once per
+    tokenizer and shared by the samplers over it, one per open document (4.5 MiB each
+    at 151k tokens when every sampler made its own). Read only.
+
+    >>> from midword.engine import load_tokenizer
+    >>> tok = load_tokenizer("models/default")
+    >>> lengths, rows = token_tables(tok)
+    >>> token_tables(tok)[1] is rows, lengths[72] == len(tok.token_bytes[72]) == int(rows.lengths[72])
+    (True, True)
+    """
+    got = _TOKEN_TABLES.get(tok)
+    if got is None:
+        lengths = [len(b) if b is not None else 0 for b in tok.token_bytes]
+        got = _TOKEN_TABLES[tok] = (lengths, BytesByPosition(tok.token_bytes))
+    return got
+
+
 class BytesByPosition:
     """Byte k of every token, as one uint8 [V] row per position k (zero where a token has
     no byte k): a node's next bytes are one contiguous row. A row is made on first use
     and kept; all of them at once would be [max_len, V], 18.5 MiB for Qwen2's 128-byte
     tokens (twice that while made), nearly all zeros past the first positions.
+    ``lengths``: every token's byte count (0 for None), read only.
 
     >>> rows = BytesByPosition([b"ab", None, b"c"])
     >>> rows.row(0).tolist(), rows.row(1).tolist(), rows.at(np.array([1]), np.array([0])).tolist()
     ([97, 0, 99], [98, 0, 0], [98])
+    >>> rows.lengths.tolist()
+    [2, 0, 1]
     """
 
     def __init__(self, token_bytes: Sequence[bytes | None]) -> None:
         texts = [b or b"" for b in token_bytes]
         self._flat = np.frombuffer(b"".join(texts), dtype=np.uint8)  # every token's bytes
-        self._len = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-        self._start = np.cumsum(self._len) - self._len  # where each token's bytes start
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        starts = np.cumsum(lengths) - lengths  # where each token's bytes start
+        # in the smallest unsigned types that hold them (uint8, uint32: 1.6 MiB less)
+        self.lengths = _narrow(lengths)
+        self.lengths.setflags(write=False)
+        self._start = _narrow(starts)
         self._rows: dict[int, np.ndarray] = {}
 
     def row(self, k: int) -> np.ndarray:
         """uint8 [V]: byte k of every token (0 for those no longer than k); read only."""
         got = self._rows.get(k)
         if got is None:
-            got = np.zeros(len(self._len), dtype=np.uint8)
-            has = self._len > k
+            got = np.zeros(len(self.lengths), dtype=np.uint8)
+            has = self.lengths > k
             got[has] = self._flat[self._start[has] + k]
             got.setflags(write=False)
             self._rows[k] = got
@@ -567,7 +602,12 @@ class BytesByPosition:
 
     def at(self, positions: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Byte ``positions[i]`` of token ``tokens[i]`` (each token longer than that)."""
-        return self._flat[self._start[tokens] + positions]
+        return self._flat[self._start[tokens].astype(np.int64) + positions]
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Non-negative ``values`` in the smallest unsigned type that holds them all."""
+    return values.astype(np.min_scalar_type(int(values.max(initial=0))))
 
 
 def _common_tokens(a: Sequence[int], b: Sequence[int]) -> int:
