@@ -31,8 +31,13 @@ then the old ids are removed with ``llama_memory_seq_rm``, which frees every cel
 id reached, and llama.cpp fills free cells from the lowest up. New ids are always ids
 not in use, so an addition never meets a cell of the same id at the same position. No
 K row is ever shifted: a position never changes. A step with no tree whose kept rows all
-stay under one id (a generated token) skips the re-tagging: its rows go on top under
-that id (`LlamaCppSession._apply_trunk`).
+stay in their cells and roles (a generated token) skips the re-tagging: its rows go on
+top under the trunk's id (`LlamaCppSession._apply_trunk`).
+
+The session holds the last tree (`TreeScoringSession.hold_last_tree`): while a
+completion grows the trunk past the tree's nodes, they keep their cells and ids, and
+the next keystroke asks them again for free. A leaf's id then tags the trunk's cells
+below the node it hangs from only (`_Layout.anchor`), so each id stays one context.
 
 A tree with more leaves than free sequence ids is scored in several decodes, a group of
 leaves at a time (shared nodes evaluated once per group), and then only the trunk stays
