@@ -470,7 +470,7 @@ def _in_query_order(rows: np.ndarray, ascending: np.ndarray) -> np.ndarray:
         >>> _in_query_order(rows, np.arange(3)) is rows
         True
     """
-    if (np.diff(ascending) > 0).all():
+    if len(ascending) < 2 or (np.diff(ascending) > 0).all():
         return rows
     ordered = np.empty_like(rows)
     ordered[ascending] = rows
