@@ -25,9 +25,9 @@ from ..errors import GGUFError, TokenizerError
 from ..tokenize.tokenizer import (
     GGUF_MAGIC,
     BPETokenizer,
-    compile_tokenizer,
     load_hf_tokenizer,
     resolve_tokenizer_path,
+    tokenizer_builder,
 )
 from .added import (
     BYTE,
@@ -162,7 +162,9 @@ def gguf_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> B
         tok.decode(tok.encode("def f():"))   # b'def f():'
     """
     spec, raw = rebuilt_tokenizer_json(path)
-    return compile_tokenizer(spec, raw, Path(path).expanduser(), use_cache=use_cache)
+    build = tokenizer_builder(spec, raw, Path(path).expanduser(), use_cache=use_cache)
+    del spec, raw  # (before the tables are made: 7 MiB less resident at 151k tokens)
+    return build()
 
 
 def load_tokenizer(path: str | os.PathLike[str], *, use_cache: bool = True) -> BPETokenizer:

@@ -297,6 +297,7 @@ class Completer:
         kept = self._leaves
         if kept is not None and kept[0] == prefix and kept[1] == transform:
             return kept[2]
+        self._leaves = None  # a stale set goes before the new one is made (3.4 MiB each)
         leaf_set = self.sampler.leaf_set(transform)
         self._leaves = (prefix, transform, leaf_set)
         return leaf_set

@@ -166,9 +166,10 @@ class ByteSampler:
         self.start_id = start_token(model, engine) if start_id is None else start_id
         self.session: ScoringSession = model.session(bos_id=self.start_id)
         self.vct = VCT(engine)
-        # token byte lengths as Python ints (a node's offset sums a few of them per
-        # keystroke) and byte k of every token, by k: the tokenizer's, shared
-        self._lengths, self._bytes = token_tables(tok)
+        # token byte lengths (a node's offset sums a few of them per keystroke), and
+        # byte k of every token, by k (the tokenizer's: shared by its samplers)
+        self._lengths = ByteLengths(tok.token_bytes)
+        self._bytes = token_bytes_by_position(tok)
         self._special = np.array(
             [i for i in tok.special_ids if i < model.vocab_size], dtype=np.int64
         )
@@ -390,7 +391,7 @@ class ByteSampler:
 
 
 def _node_scores(
-    paths: list[tuple[int, ...]], rows: Rows, rest: int, lengths: list[int]
+    paths: list[tuple[int, ...]], rows: Rows, rest: int, lengths: ByteLengths | Sequence[int]
 ) -> tuple[np.ndarray, list[int]]:
     """([N] log P(node path | trunk), [N] bytes of the prefix after each node's path).
 
@@ -541,27 +542,43 @@ def _bucket_logsumexp(buckets: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 # per tokenizer: `token_tables` (weak keys: a tokenizer no longer used takes its tables along)
-_TOKEN_TABLES: WeakKeyDictionary[BPETokenizer, tuple[list[int], BytesByPosition]] = (
-    WeakKeyDictionary()
-)
+_BY_POSITION: WeakKeyDictionary[BPETokenizer, BytesByPosition] = WeakKeyDictionary()
 
 
-def token_tables(tok: BPETokenizer) -> tuple[list[int], BytesByPosition]:
-    """(byte length of every token as a Python int, its `BytesByPosition`): made once per
-    tokenizer and shared by the samplers over it, one per open document (4.5 MiB each
-    at 151k tokens when every sampler made its own). Read only.
+def token_bytes_by_position(tok: BPETokenizer) -> BytesByPosition:
+    """The `BytesByPosition` of ``tok``'s tokens: made once per tokenizer and shared by
+    the samplers over it, one per open document (3.3 MiB each at 151k tokens when every
+    sampler made its own). Read only.
 
     >>> from midword.engine import load_tokenizer
     >>> tok = load_tokenizer("models/default")
-    >>> lengths, rows = token_tables(tok)
-    >>> token_tables(tok)[1] is rows, lengths[72] == len(tok.token_bytes[72]) == int(rows.lengths[72])
+    >>> rows = token_bytes_by_position(tok)
+    >>> token_bytes_by_position(tok) is rows, int(rows.lengths[72]) == len(tok.token_bytes[72])
     (True, True)
     """
-    got = _TOKEN_TABLES.get(tok)
+    got = _BY_POSITION.get(tok)
     if got is None:
-        lengths = [len(b) if b is not None else 0 for b in tok.token_bytes]
-        got = _TOKEN_TABLES[tok] = (lengths, BytesByPosition(tok.token_bytes))
+        got = _BY_POSITION[tok] = BytesByPosition(tok.token_bytes)
     return got
+
+
+class ByteLengths:
+    """``lengths[t]``: the byte length of token ``t`` (0 for a special token), read off
+    its bytes: a node's offset sums a handful per keystroke, and a list of them all is
+    1.2 MiB at 151k tokens.
+
+    >>> ByteLengths([b"ab", None])[0], ByteLengths([b"ab", None])[1]
+    (2, 0)
+    """
+
+    __slots__ = ("_bytes",)
+
+    def __init__(self, token_bytes: Sequence[bytes | None]) -> None:
+        self._bytes = token_bytes
+
+    def __getitem__(self, token: int) -> int:
+        b = self._bytes[token]
+        return len(b) if b is not None else 0
 
 
 class BytesByPosition:

@@ -314,7 +314,9 @@ def sorted_vocabulary(
     ids.sort(key=token_bytes.__getitem__)  # (stable: equal bytes stay in id order)
     keys: list[bytes] = [token_bytes[i] for i in ids]  # type: ignore[misc]
     lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
-    return keys, np.array(ids, dtype=np.int64), lengths
+    # (ids in int32, lengths in int16 where they fit: 1.5 MiB less at 151k tokens)
+    short = lengths.astype(np.int16) if int(lengths.max(initial=0)) < 2**15 else lengths
+    return keys, narrow_ids(np.array(ids, dtype=np.int64)), short
 
 
 def reorder_merges(left: np.ndarray, right: np.ndarray, orig: np.ndarray) -> np.ndarray:

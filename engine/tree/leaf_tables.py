@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..disk_arrays import save_arrays
+from ..tokenize.bpe import narrow_ids
 from ..tokenize.class_machine import END, ClassMachine
 from .leaf_bits import _WORDS, _Y_OFFSET, _ZERO, TableSource, _get_bits, _ProbeBits, _set_bits
 from .leaf_bpe import BpeSideMixin
@@ -104,6 +105,9 @@ class LeafTables(LeafCacheMixin, BpeSideMixin):
             self._restore(saved)
         else:
             self._build_rows()
+        # row tokens in int32, classes in the smallest type: 1.4 MiB less at 151k tokens
+        self.row_tok = narrow_ids(self.row_tok)
+        self.seq_cols = _narrow_columns(self.seq_cols)
         self.probe_cls = [machine.classes(y) for y in PROBES]
         self.n_cls = len(machine.class_sigs)  # table classes; END is column n_cls
         self._dense_seen: set[int] = set()
@@ -478,3 +482,13 @@ class LeafTables(LeafCacheMixin, BpeSideMixin):
             if state == ClassMachine.DEAD:
                 break
         return rec
+
+
+def _narrow_columns(columns: list[np.ndarray]) -> list[np.ndarray]:
+    """Class columns (ids from 0) in the smallest unsigned type that holds them all.
+
+    >>> [c.dtype.name for c in _narrow_columns([np.array([0, 14]), np.array([3])])]
+    ['uint8', 'uint8']
+    """
+    top = max((int(c.max()) for c in columns if c.size), default=0)
+    return [c.astype(np.min_scalar_type(top)) for c in columns]

@@ -16,7 +16,7 @@ import itertools
 
 import numpy as np
 
-from ..tokenize.bpe import BPETokenizer
+from ..tokenize.bpe import BPETokenizer, narrow_ids
 from .completions import Completions
 from .config_scan import ConfigScan
 from .leaf_tables import Config, LeafTables
@@ -61,9 +61,9 @@ class TailLeavesMixin:
         verdict &= ~(blocked if cands is None else blocked[cands])
         skip = len(self.region) - node.pos
         good = [t for t in check.tolist() if self._exact_one(node, t, skip)]
-        if cands is None:
+        if cands is None:  # (nearly the whole vocabulary at the prefix's end: 4-byte ids)
             verdict[good] = True
-            return np.flatnonzero(verdict)
+            return narrow_ids(np.flatnonzero(verdict))
         if not good:  # the usual case
             return np.sort(cands[verdict])
         return np.sort(np.concatenate([cands[verdict], np.asarray(good, dtype=cands.dtype)]))
