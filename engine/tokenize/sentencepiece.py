@@ -111,6 +111,7 @@ class SentencePieceTokenizer(BPETokenizer):
             ignore_merges=False,
             source=source,
             digest=digest,
+            bytes_merges=False,  # (bpe_heap reads the packed table)
         )
         self.lead = b" " if lead else b""
         self.split = split
