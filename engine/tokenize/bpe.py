@@ -11,6 +11,7 @@ Loading a ``tokenizer.json`` into one lives in :mod:`tokenizer` (ByteLevel) and
 from __future__ import annotations
 
 import heapq
+import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -165,17 +166,16 @@ class TokenMerges:
         them apart: two tokens with the same bytes, or a formed token whose bytes are not
         its two parts' (the packed :class:`MergeTable` serves those). ``ids[i]`` is the
         int object for ``i``: the lists hold those objects, not new ones."""
-        if len(bytes_to_id) != sum(b is not None for b in token_bytes):
+        tb = list(token_bytes)
+        if len(bytes_to_id) != len(tb) - tb.count(None):
             return None
-        tb, lefts, rights = token_bytes, left[formed].tolist(), right[formed].tolist()
-        spelled = (
-            tb[t] == tb[a] + tb[b]  # type: ignore[operator]
-            for t, a, b in zip(formed.tolist(), lefts, rights, strict=True)
-        )
-        if not all(spelled):
+        tokens, lefts, rights = formed.tolist(), left[formed].tolist(), right[formed].tolist()
+        # (C-level maps: a generator takes 0.15 s over 151k tokens)
+        parts = map(operator.add, map(tb.__getitem__, lefts), map(tb.__getitem__, rights))
+        if not all(map(operator.eq, map(tb.__getitem__, tokens), parts)):
             return None
         left_of: list[int] = [-1] * len(tb)
-        for t, a in zip(formed.tolist(), lefts, strict=True):
+        for t, a in zip(tokens, lefts, strict=True):
             left_of[t] = ids[a]
         place: list[int | None] = [None] * len(tb)
         order = formed[np.lexsort((formed, rank[formed]))]  # (rank, result) order
@@ -268,12 +268,14 @@ class BPETokenizer:
         # (left, right) -> (rank, result) in normal form: read off the token bytes where
         # they tell the merges apart (``bytes_merges``), else packed
         formed = np.flatnonzero((left >= 0) & self.reachable)
-        by_bytes = (
-            TokenMerges.of_tokens(token_bytes, self.bytes_to_id, left, right, rank, formed, ids)
-            if bytes_merges
-            else None
+        by_bytes = bytes_merges and TokenMerges.of_tokens(
+            token_bytes, self.bytes_to_id, left, right, rank, formed, ids
         )
-        self.merges: Merges = by_bytes or MergeTable.of_normal_form(left, right, rank, formed, ids)
+        self.merges: Merges = (
+            by_bytes
+            if isinstance(by_bytes, TokenMerges)
+            else MergeTable.of_normal_form(left, right, rank, formed, ids)
+        )
         self._added_re = (
             regex.compile(
                 "|".join(regex.escape(a) for a in sorted(self.added_text, key=len, reverse=True))
