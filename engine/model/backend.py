@@ -323,10 +323,10 @@ class TreeScoringSession(ABC):
     def _clear(self) -> None:
         """Empty the backend's cache."""
 
-    def _keep_rows(self, rows: int) -> bool:
-        """Cut the backend's cache to its first ``rows`` rows (after a stopped pass);
-        False when it cannot (the session then starts afresh)."""
-        return False
+    def _keep_rows(self, rows: int) -> int:
+        """Cut the backend's cache to its first ``rows`` rows, or fewer (after a stopped
+        pass); returns how many it kept, 0 when it cannot (the session starts afresh)."""
+        return 0
 
     # -- internals ------------------------------------------------------------------------
 
@@ -343,7 +343,8 @@ class TreeScoringSession(ABC):
         """After a stopped pass: keep the trunk rows that the pass kept in place (a
         prefill chunk keeps the whole cached trunk), drop everything else."""
         rows = min(prefix_run(np.asarray(keep)), len(self._ctx))
-        if rows == 0 or not self._keep_rows(rows):
+        rows = self._keep_rows(rows) if rows else 0
+        if not rows:
             self._forget()
             return
         dropped = len(self._ctx) - rows

@@ -217,16 +217,16 @@ class HFSession(TreeScoringSession):
             for hook in hooks:
                 hook.remove()
 
-    def _keep_rows(self, rows: int) -> bool:
+    def _keep_rows(self, rows: int) -> int:
         """Every layer cut back to ``rows`` rows: the layers a stopped pass reached hold
         its new rows too, the others do not; a pass that created the layers is undone."""
         if self._checked_layers < 0:
-            return False  # the stopped pass was the first: its layers may be half made
+            return 0  # the stopped pass was the first: its layers may be half made
         import torch
 
         with torch.inference_mode():
             self._kv.select_rows(np.arange(rows))
-        return len(self._kv) == rows
+        return rows if len(self._kv) == rows else 0
 
     def _apply(self, step: ForwardStep) -> np.ndarray:
         import torch

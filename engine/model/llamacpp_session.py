@@ -55,6 +55,7 @@ import numpy as np
 
 from .backend import TokenPath, TreeScoringSession
 from .forward_plan import ForwardStep
+from .kvcache import prefix_run
 
 
 class LlamaModelLike(Protocol):
@@ -212,25 +213,32 @@ class LlamaCppSession(TreeScoringSession):
         self._cell = np.zeros(0, dtype=np.int64)  # [R] the row's cell index in llama.cpp
         self._ids: set[int] = set()  # sequence ids with cells
 
-    def _keep_rows(self, rows: int) -> bool:
-        """Keep rows 0..rows-1 (a chain: the trunk before a stopped call) and nothing else.
+    def _keep_rows(self, rows: int) -> int:
+        """Keep rows 0..rows-1 (a chain: the trunk before a stopped call), or the first of
+        them, and nothing else; returns how many stayed.
 
         They are the ancestors of row rows-1, so the id it was found by holds them all,
-        at positions 0..rows-1; every other id, and that id's later cells, go.
+        at positions 0..rows-1; every other id, and that id's later cells, go. Only the
+        rows in cells 0..n-1 stay: a held node's cell can lie between trunk rows (the
+        completion's tokens went on top of it), and once freed, the next rows would fill
+        it below their ancestors.
         """
         if rows > len(self._pos):
-            return False
+            return 0
+        rows = prefix_run(self._cell[:rows])
+        if rows == 0:
+            return 0
         keep_id = int(self._addr[rows - 1])
         for seq in self._ids - {keep_id}:
             self.llama.seq_rm(seq)
         self.llama.seq_rm(keep_id, rows, -1)
         if self.llama.seq_pos_range(keep_id) != (0, rows - 1):
-            return False
+            return 0
         self._pos, self._tok = np.arange(rows, dtype=np.int64), self._tok[:rows]
         self._addr = np.full(rows, keep_id, dtype=np.int64)
         self._cell = np.arange(rows, dtype=np.int64)  # the trunk's rows are cells 0..rows-1
         self._ids = {keep_id}
-        return True
+        return rows
 
     def _apply(self, step: ForwardStep) -> np.ndarray:
         lay = _Layout.of(step, self._pos, self._tok)
@@ -394,8 +402,8 @@ class LlamaCppSession(TreeScoringSession):
         (freed after it). Only the trunk stays cached."""
         n_keep = len(step.keep)
         cached = _cached_trunk_prefix(step, lay, len(self._ctx))  # rows that stay in place
-        if not (cached and self._keep_rows(cached)):
-            cached = 0
+        cached = self._keep_rows(cached) if cached else 0
+        if not cached:
             self._clear()
         trunk_id = int(self._addr[0]) if cached else 0
         self._ids = {trunk_id}

@@ -368,6 +368,28 @@ def test_a_stopped_decode_raises_and_the_next_call_is_exact(smol, after: int) ->
         check_rows(smol, session, longer, [()], session.logprobs(longer, [()]))
 
 
+def test_a_decode_stopped_over_held_nodes_keeps_the_cells_in_order(smol) -> None:
+    """A stop while a completion's token goes on top of the last tree's held nodes: the
+    trunk rows above the held cells go too (a freed held cell would be filled below its
+    ancestors next), and every later row is exact."""
+    session = smol.session(bos_id=smol.bos_token_id)
+    trunk, tree = [504, 3458, 28], [(), (253,), (253, 1143), (30,)]
+    check_rows(smol, session, trunk, tree, session.logprobs(trunk, tree))
+    grown = [*trunk, 40, 50]
+    for n in (4, 5):
+        check_rows(smol, session, grown[:n], [()], session.logprobs(grown[:n], [()]))
+    assert session._held  # the tree's nodes lie between the trunk and the completion
+    should_stop, _ = stopper(1)
+    with session.stop_inside_forward(should_stop), pytest.raises(ForwardStopped):
+        session.logprobs([*grown, 60], [()])
+    assert session.cache_len() == session.expected_cache_len() == 1 + len(trunk)
+    np.testing.assert_array_equal(session._cell, np.arange(session.cache_len()))
+    check_cells(session)
+    for t, p in [([*grown, 60, 70], [(), (80,)]), (trunk, tree)]:
+        check_rows(smol, session, t, p, session.logprobs(t, p))
+        check_cells(session)
+
+
 # ------------------------------------------------------------------ the ByteSampler on top
 @pytest.fixture(scope="module")
 def tiny_sampling(tiny):
