@@ -132,6 +132,19 @@ def check_call(
     return worst
 
 
+def costed_calls(
+    session: TreeScoringSession, oracle: Oracle
+) -> Callable[[list[int], list[TokenPath], int], None]:
+    """call(trunk, paths, cost): one checked call (BOS 1) that must evaluate `cost` tokens."""
+
+    def call(trunk: list[int], paths: list[TokenPath], cost: int) -> None:
+        before = session.inference_tokens
+        assert check_call(session, oracle, 1, trunk, paths) <= ATOL
+        assert session.inference_tokens - before == cost
+
+    return call
+
+
 def random_tree(rng: random.Random, alphabet: range, size: int = 8) -> list[TokenPath]:
     """Paths of a random trie (depth 1-4, branching), plus () and some inner nodes."""
     nodes: list[TokenPath] = [()]
@@ -290,11 +303,7 @@ def test_long_backspace_reevaluates_trunk_end(make_session: tuple[SessionFactory
     factory, oracle = make_session
     s = factory(bos_id=1, trunk_logits_window=2)
 
-    def call(trunk: list[int], paths: list[TokenPath], cost: int) -> None:
-        before = s.inference_tokens
-        assert check_call(s, oracle, 1, trunk, paths) <= ATOL
-        assert s.inference_tokens - before == cost
-
+    call = costed_calls(s, oracle)
     trunk = list(range(10, 30))
     call(trunk, [()], cost=21)  # log-probs computed for the last 2 trunk rows only
     call(trunk[:19], [()], cost=0)  # within the window: free
@@ -318,11 +327,7 @@ def test_last_tree_keeps_its_log_probs_through_a_completion(
     factory, oracle = make_session
     s = factory(bos_id=1, trunk_logits_window=2)
 
-    def call(trunk: list[int], paths: list[TokenPath], cost: int) -> None:
-        before = s.inference_tokens
-        assert check_call(s, oracle, 1, trunk, paths) <= ATOL
-        assert s.inference_tokens - before == cost
-
+    call = costed_calls(s, oracle)
     trunk = [5, 6, 7]
     call(trunk, [(), (8,), (8, 9), (10,)], cost=7)
     grown = [*trunk, 8]
@@ -349,11 +354,7 @@ def test_held_nodes_of_the_last_tree() -> None:
     oracle = Oracle(model)
     s = model.session(bos_id=1, trunk_logits_window=2, hold_last_tree=True)
 
-    def call(trunk: list[int], paths: list[TokenPath], cost: int) -> None:
-        before = s.inference_tokens
-        assert check_call(s, oracle, 1, trunk, paths) <= ATOL
-        assert s.inference_tokens - before == cost
-
+    call = costed_calls(s, oracle)
     trunk, tree = [5, 6, 7], [(), (8,), (8, 9), (10,)]
     call(trunk, tree, cost=7)
     for n in range(1, 5):  # a completion that starts off the tree
