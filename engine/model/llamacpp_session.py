@@ -322,8 +322,9 @@ class LlamaCppSession(TreeScoringSession):
         return _in_query_order(rows_out, ascending)
 
     def _apply_trunk(self, step: ForwardStep, lay: _Layout, trunk_id: int) -> np.ndarray:
-        """A step with no tree whose kept rows all stay in their cells under one id (a
-        generated token appended to the trunk): the new rows go on top under that id.
+        """A step that only appends trunk tokens on top of rows that all stay with their
+        roles (`_on_top_of_trunk`: a generated token): the new rows go on top under the
+        trunk's id.
         `_apply_tree` would give the trunk a fresh id and move every cell's tag to it,
         two passes over the cells per token for nothing.
 
