@@ -203,6 +203,7 @@ class Key:
     warm: float = 0.0
     cold_cpu: float = 0.0
     warm_cpu: float = 0.0
+    warm_first: float = 0.0  # the plain run's time to its first token (prompt prefill)
     window_tokens: int = 0
     new_tokens: int = 0
     same_text: bool = False
@@ -301,6 +302,7 @@ class PlainLlama:
     or starts from an empty cache (`cold`)."""
 
     label = "naive llama.cpp (Llama.generate)"
+    first = 0.0  # seconds to the first token of the last call
 
     def __init__(self, path: str, threads: int, n_ctx: int = 4096) -> None:
         from llama_cpp import Llama
@@ -328,6 +330,8 @@ class PlainLlama:
         out: list[int] = []
         for token in self.llm.generate(ids, temp=0.0, top_k=1, reset=True):
             out.append(token)
+            if len(out) == 1:
+                self.first = time.perf_counter() - started
             if len(out) >= new:
                 break
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
@@ -417,6 +421,7 @@ async def type_spots(
             key.warm, key.warm_cpu, plain_text, key.window_tokens = plain.warm(
                 window, key.new_tokens
             )
+            key.warm_first = getattr(plain, "first", 0.0)
             if len(keys) % args.cold_every == 0:  # a whole-window prefill: the slow reference
                 key.cold, key.cold_cpu, _, _ = plain.cold(window, key.new_tokens)
             key.same_text = bool(items) and plain_text.startswith(items[0])
@@ -510,6 +515,15 @@ def report_split(keys: list[Key]) -> None:
         f"{med(k.split['post'] for k in split):.2f}; LSP overhead (latency - answer) "
         f"p50 {percentile(lsp, 0.5):.1f}, p95 {percentile(lsp, 0.95):.1f} ms"
     )
+    if any(k.warm_first for k in split):  # llama.cpp: the naive run's own split
+        rest = [(k.warm - k.warm_first) / max(1, k.new_tokens - 1) for k in split]
+        ours = [k.split["model"] / max(1, k.new_tokens - 1) for k in split]
+        print(
+            f"the same keys' split, medians: midword prepare {med(k.split['sync'] for k in split):.1f}"
+            f" ms, then {med(ours):.2f} ms a token; naive first token (prompt prefill) "
+            f"{1000 * med(k.warm_first for k in split):.1f} ms, then {1000 * med(rest):.2f} ms a "
+            f"token; LSP overhead {med(lsp):.1f} ms"
+        )
     print(
         f"per key, medians: server process CPU {_ms(med(k.server_cpu for k in keys))}, its "
         f"threads' run-queue wait {_ms(med(k.server_wait for k in keys))}; client CPU "
