@@ -204,6 +204,7 @@ class Key:
     cold_cpu: float = 0.0
     warm_cpu: float = 0.0
     warm_first: float = 0.0  # the plain run's time to its first token (prompt prefill)
+    warm_tokens: int = 0  # tokens the plain run evaluated (llama.cpp: counted)
     window_tokens: int = 0
     new_tokens: int = 0
     same_text: bool = False
@@ -303,12 +304,22 @@ class PlainLlama:
 
     label = "naive llama.cpp (Llama.generate)"
     first = 0.0  # seconds to the first token of the last call
+    evaluated = 0  # tokens the last call's decodes evaluated (its prefill's and generation's)
 
     def __init__(self, path: str, threads: int, n_ctx: int = 4096) -> None:
         from llama_cpp import Llama
 
         # flash attention on: llama-server (llama.vscode's server) leaves it on "auto", which
         # turns it on for the CPU; llama-cpp-python's Llama turns it off unless asked
+        from llama_cpp import llama_cpp as ll
+
+        decode = ll.llama_decode
+
+        def counted(ctx: Any, batch: Any) -> int:  # Llama's decodes call it by module
+            self.evaluated += batch.n_tokens
+            return decode(ctx, batch)
+
+        ll.llama_decode = counted  # the benchmark's own process: midword's server is another
         self.llm = Llama(
             path, n_ctx=n_ctx, n_threads=threads, n_batch=512, flash_attn=True, verbose=False
         )
@@ -327,6 +338,7 @@ class PlainLlama:
         ids = self.ids(prompt)
         if reset:
             self.llm.reset()
+        self.evaluated = 0
         out: list[int] = []
         for token in self.llm.generate(ids, temp=0.0, top_k=1, reset=True):
             out.append(token)
@@ -422,6 +434,7 @@ async def type_spots(
                 window, key.new_tokens
             )
             key.warm_first = getattr(plain, "first", 0.0)
+            key.warm_tokens = getattr(plain, "evaluated", 0)
             if len(keys) % args.cold_every == 0:  # a whole-window prefill: the slow reference
                 key.cold, key.cold_cpu, _, _ = plain.cold(window, key.new_tokens)
             key.same_text = bool(items) and plain_text.startswith(items[0])
@@ -522,7 +535,9 @@ def report_split(keys: list[Key]) -> None:
             f"the same keys' split, medians: midword prepare {med(k.split['sync'] for k in split):.1f}"
             f" ms, then {med(ours):.2f} ms a token; naive first token (prompt prefill) "
             f"{1000 * med(k.warm_first for k in split):.1f} ms, then {1000 * med(rest):.2f} ms a "
-            f"token; LSP overhead {med(lsp):.1f} ms"
+            f"token; LSP overhead {med(lsp):.1f} ms; tokens evaluated, mean: midword "
+            f"{statistics.mean(k.split['tokens'] for k in split):.2f}, naive "
+            f"{statistics.mean(k.warm_tokens for k in split):.2f}"
         )
     print(
         f"per key, medians: server process CPU {_ms(med(k.server_cpu for k in keys))}, its "

@@ -51,16 +51,21 @@ DEFAULT_N_CTX = 4096  # cap on the context taken from the model's training lengt
 # branches: 1 to 6 nodes over 400 cuts of a Python file, SmolLM2's and Qwen2's tokenizers;
 # one id holds the scratch row, one the trunk, 14 are left for branches)
 N_SEQ_MAX = 16
-# physical batch: llama.cpp's compute buffer holds its activations. 64 rows rather than
-# 128 took 9 MiB less at Qwen2.5-Coder-1.5B's shape and prefilled as fast on a CPU
-N_UBATCH = 64
-# ggml types of the KV cache: K in BF16, V in F16 (llama.cpp's default is F16 for both).
-# Flash attention's vector kernel gives a query row the same values in any batch; its
-# tiled kernel (64 query rows or more) and split-KV kernel (a lone query row over 512
-# cells, summed per thread) round differently, and ggml takes them only when K and V
-# share an F16 or F32 type (an F32 one is cast to F16 first, so it would not do). BF16
-# keys cost little: an F32 file stays within 2.6e-4 of torch (F16 keys: 2.4e-4; BF16
-# values instead: 9.3e-4).
+# physical batch: llama.cpp's compute buffer holds its activations. 63 rows at most (62
+# and a float file's scratch row): flash attention's tiled kernel takes 64 query rows or
+# more, and rounds differently (see the K type below); 64 rows rather than 128 took 9 MiB
+# less at Qwen2.5-Coder-1.5B's shape and prefilled as fast on a CPU
+N_UBATCH = 63
+# ggml types of the KV cache. Flash attention's vector kernel gives a query row the same
+# values in any batch; its tiled kernel (64 query rows or more: never, by N_UBATCH) and
+# its split-KV kernel (a lone query row over 512 cells or more, summed in one chunk per
+# thread) round differently, and ggml takes them only when K and V share an F16 or F32
+# type. On one thread the split-KV kernel sums a single chunk, bitwise what the vector
+# kernel sums, so K and V are F16, llama.cpp's default. On more threads K is BF16, which
+# keeps every row on the vector kernel (an F32 K would be cast to F16 first, so it would
+# not do); it costs a generated token about 15% at 940 cells of context, and little in
+# accuracy: an F32 file stays within 2.6e-4 of torch (F16 keys: 2.4e-4; BF16 values
+# instead: 9.3e-4).
 GGML_TYPE_F16, GGML_TYPE_BF16 = 1, 30
 # general.file_type values whose matrices are floats (F32, F16, BF16): llamafile's sgemm
 # takes their products for two rows or more and not for a lone row, which then rounds
@@ -138,6 +143,19 @@ class ContextParams:
     n_threads: int
     n_seq_max: int = N_SEQ_MAX
     n_ubatch: int = N_UBATCH
+    type_k: int | None = None  # ggml type of the cached keys; None: `key_type` decides
+
+    @property
+    def key_type(self) -> int:
+        """The keys' ggml type: F16 on one thread, else BF16 (see GGML_TYPE_F16).
+
+        Example:
+            >>> ContextParams(n_ctx=64, n_threads=1).key_type, ContextParams(64, 4).key_type
+            (1, 30)
+        """
+        if self.type_k is not None:
+            return self.type_k
+        return GGML_TYPE_F16 if self.n_threads == 1 else GGML_TYPE_BF16
 
 
 class LlamaContext:
@@ -164,7 +182,7 @@ class LlamaContext:
         # llama.cpp keeps logits for at least n_seq_max rows and asserts that n_batch
         # allows that many outputs
         cparams.n_batch = max(cparams.n_ubatch, self.params.n_seq_max)
-        cparams.type_k, cparams.type_v = GGML_TYPE_BF16, GGML_TYPE_F16  # see GGML_TYPE_BF16
+        cparams.type_k, cparams.type_v = self.params.key_type, GGML_TYPE_F16  # see the types
         self.pad_lone_rows = model.float_matrices
         cparams.n_seq_max = self.params.n_seq_max
         cparams.n_threads = cparams.n_threads_batch = self.params.n_threads
@@ -238,7 +256,7 @@ class LlamaContext:
         A row's values must not depend on what else is in its batch: the session
         evaluates a text in other batches than a fresh context does, and must give the
         same log-probs. llama.cpp's CPU kernels keep a row's values only on some paths:
-        flash attention's vector kernel (the KV types keep it there: `GGML_TYPE_BF16`)
+        flash attention's vector kernel (the KV types keep it there: `GGML_TYPE_F16`)
         and, for a file of float matrices, llamafile's sgemm, which skips a lone row. So
         the batch goes in slices of `rows_per_decode` rows, and for such a file a slice
         that would hold one row or ask one row's logits gets a scratch row beside it
