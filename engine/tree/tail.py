@@ -12,6 +12,7 @@ pre-token re-judges only what its new end changes.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 
 import numpy as np
@@ -58,9 +59,12 @@ def pending_added(tok: BPETokenizer, text: str, partial: bytes) -> list[int]:
     offsets = char_byte_offsets(text)
     if not partial:
         offsets.pop()
+    # only a start within the longest added text's length of the end can still be
+    # completing: the prefix's unsettled text can be kilobytes long, and this runs per byte
+    first = bisect.bisect_right(offsets, len(tail) - max(map(len, tok.added_bytes), default=0))
     return [
         k
-        for k, off in enumerate(offsets)
+        for k, off in enumerate(offsets[first:], start=first)
         if any(len(a) > len(tail) - off and a.startswith(tail[off:]) for a in tok.added_bytes)
     ]
 

@@ -207,3 +207,37 @@ def test_tail_cache_is_bounded_by_leaf_bytes() -> None:
     small.get(b"\x02")  # recently used: survives the next insert
     small.put(b"\x09", tail(1))
     assert small.get(b"\x02") is not None and small.get(b"\x03") is None
+
+
+def test_pending_added_texts_looks_only_near_the_end() -> None:
+    """`pending_added` skips the starts that lie further from the end than the longest
+    added text (the unsettled text can be kilobytes long): the same offsets as trying
+    every start, over long texts ending inside added texts, partial characters included."""
+    from midword.engine.tree.tail import pending_added
+
+    tok = load_engine(str(tokenizer_path("qwen3"))).tok
+    added = sorted(tok.added_bytes, key=len)
+    rng = random.Random(5)
+
+    def every_start(text: str, partial: bytes) -> list[int]:
+        tail = text.encode() + partial
+        offsets = [len(text[:k].encode()) for k in range(len(text) + (1 if partial else 0))]
+        return [
+            k
+            for k, off in enumerate(offsets)
+            if any(len(a) > len(tail) - off and a.startswith(tail[off:]) for a in added)
+        ]
+
+    checked = 0
+    for _ in range(300):
+        body = "".join(
+            rng.choice(["a", " ", "é", "<", "日", "\n"]) for _ in range(rng.randrange(0, 400))
+        )
+        a = rng.choice(added[-3:] if rng.random() < 0.5 else added)  # the longest often
+        cut = a[: rng.randrange(1, len(a))].decode("utf-8", errors="ignore")
+        text = body + cut
+        partial = rng.choice([b"", "日".encode()[:1], "é".encode()[:1]])
+        want = every_start(text, partial)
+        assert pending_added(tok, text, partial) == want, (text[-30:], partial)
+        checked += bool(want)
+    assert checked > 50  # many texts end inside an added text that may still complete
