@@ -63,7 +63,7 @@ N_UBATCH = 63
 # type. On one thread the split-KV kernel sums a single chunk, bitwise what the vector
 # kernel sums, so K and V are F16, llama.cpp's default. On more threads K is BF16, which
 # keeps every row on the vector kernel (an F32 K would be cast to F16 first, so it would
-# not do); it costs a generated token about 15% at 940 cells of context, and little in
+# not do); it costs a generated token 10-15% at 940 cells of context, and little in
 # accuracy: an F32 file stays within 2.6e-4 of torch (F16 keys: 2.4e-4; BF16 values
 # instead: 9.3e-4).
 GGML_TYPE_F16, GGML_TYPE_BF16 = 1, 30
